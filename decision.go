@@ -1,0 +1,50 @@
+package sluice
+
+import (
+	"math"
+	"time"
+)
+
+// Never is the RetryAfter of a cost that can never be allowed because it
+// exceeds the limit's capacity. It is the largest time.Duration.
+const Never time.Duration = math.MaxInt64
+
+// Decision is a Limiter's answer for one key and cost at one instant.
+//
+// Durations are exact to the nanosecond under the store's clock: RetryAfter
+// is the first instant at which the same cost would be allowed if nothing
+// else spent on the key in between.
+type Decision struct {
+	// Allowed reports whether the cost was admitted (and spent).
+	Allowed bool
+
+	// Limit is the limit this decision is about; in a combined decision,
+	// the one that decided (see Limiter.AllowAll).
+	Limit Limit
+
+	// Remaining is the cost that could still be spent on the key right after
+	// this decision, in cost units, rounded down to the resolution of one
+	// millionth. For a SlidingWindow it is an estimate by the algorithm's own
+	// weighting.
+	Remaining float64
+
+	// RetryAfter is zero when Allowed; otherwise how long until the same
+	// cost would be allowed, or Never when it exceeds the capacity.
+	RetryAfter time.Duration
+
+	// ResetAfter is how long until the key is back to its full capacity
+	// (empty window, full bucket, drained queue, no holders) if nothing more
+	// is spent. Zero when it is full now.
+	ResetAfter time.Duration
+
+	// Delay is, for an allowed LeakyBucket decision, how long the caller must
+	// wait before doing the work; zero otherwise.
+	Delay time.Duration
+
+	// Ticket identifies, for an allowed Concurrency decision, the slots it
+	// holds: pass it to Limiter.Release. Zero otherwise.
+	Ticket uint64
+}
+
+// Never reports whether the cost can never be allowed under the limit.
+func (d Decision) Never() bool { return !d.Allowed && d.RetryAfter == Never }

@@ -1,0 +1,66 @@
+package algo
+
+import (
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/units"
+)
+
+// FixedWindow counts the cost admitted in the current window, windows being
+// aligned to the Unix epoch: [k×W, (k+1)×W). A cost is admitted while the
+// window's count stays within the quota. Up to 2 × quota can pass in a short
+// span across a window boundary (the seed's 00:59.9 / 01:00.1 example);
+// SlidingLog and SlidingWindow do not have that weakness.
+type FixedWindow struct {
+	Start int64 // Unix nanoseconds at which the counted window starts
+	Count int64 // atoms admitted in it
+}
+
+var _ State = (*FixedWindow)(nil)
+
+// Init starts an empty count in now's window.
+func (s *FixedWindow) Init(p *Params, now int64) {
+	*s = FixedWindow{Start: windowStart(now, p.window)}
+}
+
+// Floor is the start of the counted window: an instant in an earlier window
+// is time moving backwards.
+func (s *FixedWindow) Floor() int64 { return s.Start }
+
+// ResetAt is the end of the counted window, or its start when it is empty.
+func (s *FixedWindow) ResetAt(p *Params) int64 {
+	if s.Count == 0 {
+		return s.Start
+	}
+	return s.Start + p.window
+}
+
+// Step decides c; see State.
+func (s *FixedWindow) Step(p *Params, c Call, commit bool) (sluice.Decision, error) {
+	next := *s
+	if start := windowStart(c.Now, p.window); start < s.Start {
+		return sluice.Decision{}, ErrClockBackwards
+	} else if start > s.Start {
+		next = FixedWindow{Start: start}
+	}
+	d := p.decision()
+	var err error
+	if c.Cost > p.quota {
+		err = p.never(&d, c.Cost)
+	} else if next.Count+c.Cost <= p.quota {
+		d.Allowed = true
+		next.Count += c.Cost
+	} else {
+		d.RetryAfter = dur(next.Start + p.window - c.Now)
+	}
+	d.Remaining = units.ToCost(p.quota - next.Count)
+	if next.Count > 0 {
+		d.ResetAfter = dur(next.Start + p.window - c.Now)
+	}
+	if commit {
+		*s = next
+	}
+	return d, err
+}
+
+// windowStart is the start of the epoch-aligned window of length w holding t.
+func windowStart(t, w int64) int64 { return units.FloorDiv(t, w) * w }

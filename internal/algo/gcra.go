@@ -1,0 +1,80 @@
+package algo
+
+import (
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/units"
+)
+
+// GCRA is the generic cell rate algorithm (virtual scheduling) with the
+// token bucket's contract: its one timestamp, the theoretical arrival time
+// TAT, is the instant at which the bucket would be full again. At now the
+// backlog is (TAT − now) × r scaled units; a cost is admitted when backlog +
+// cost ≤ B, and then TAT = max(TAT, now) + cost / r. It decides exactly as
+// TokenBucket does (the property tests check it on random traces).
+//
+// The TAT is kept exactly: TAT nanoseconds plus Frac scaled units, Frac < r,
+// i.e. TAT + Frac/r nanoseconds.
+type GCRA struct {
+	TAT  int64 // Unix nanoseconds, whole part
+	Frac int64 // the sub-nanosecond rest, in scaled units, 0 ≤ Frac < r
+}
+
+var _ State = (*GCRA)(nil)
+
+// Init makes an empty backlog.
+func (s *GCRA) Init(_ *Params, now int64) { *s = GCRA{TAT: now} }
+
+// Floor accepts any instant: an earlier now only means a larger backlog.
+func (s *GCRA) Floor() int64 { return minInstant }
+
+// ResetAt is the TAT rounded up to a nanosecond.
+func (s *GCRA) ResetAt(*Params) int64 {
+	if s.Frac > 0 {
+		return s.TAT + 1
+	}
+	return s.TAT
+}
+
+// Step decides c; see State.
+func (s *GCRA) Step(p *Params, c Call, commit bool) (sluice.Decision, error) {
+	r := p.rate.PerNano
+	// backlog = (TAT − now) × r + Frac, or "more than the capacity" when the
+	// product would be large (only when the clock stepped far back).
+	var backlog int64
+	over := false
+	if s.TAT > c.Now || (s.TAT == c.Now && s.Frac > 0) {
+		if dt := s.TAT - c.Now; dt > p.capU/r+1 {
+			over = true
+		} else {
+			backlog = dt*r + s.Frac
+		}
+	}
+	d := p.decision()
+	var err error
+	next := *s
+	if c.Cost > p.cap {
+		err = p.never(&d, c.Cost)
+	} else if cost := c.Cost * p.rate.PerAtom; !over && backlog+cost <= p.capU {
+		d.Allowed = true
+		backlog += cost
+		next = GCRA{TAT: c.Now + backlog/r, Frac: backlog % r}
+	} else {
+		// First t with (TAT − t) × r + Frac + cost ≤ capU.
+		d.RetryAfter = dur(s.TAT + ceilDivSigned(s.Frac+cost-p.capU, r) - c.Now)
+	}
+	if over {
+		d.Remaining = 0
+	} else {
+		d.Remaining = units.ToCost(p.rate.Atoms(p.capU - min(backlog, p.capU)))
+	}
+	if reset := next.ResetAt(p); reset > c.Now {
+		d.ResetAfter = dur(reset - c.Now)
+	}
+	if commit {
+		*s = next
+	}
+	return d, err
+}
+
+// ceilDivSigned returns ceil(a/b) for any a and b > 0.
+func ceilDivSigned(a, b int64) int64 { return -units.FloorDiv(-a, b) }

@@ -1,0 +1,62 @@
+package algo
+
+import (
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/units"
+)
+
+// LeakyBucket is a queue of capacity B (the burst) drained at the limit's
+// rate, in the manner of nginx's limit_req. Level is the work queued at
+// Last, in scaled units. At now the work ahead is
+// ahead = max(0, Level − r × (now − Last)); a cost is admitted when
+// ahead + cost ≤ B, and must then wait (ahead − threshold) / r before it
+// runs, where threshold is the limit's DelayThreshold (nginx's delay=).
+//
+// With unit costs this is nginx's rule exactly: nginx's excess is ahead,
+// its burst b is B − 1, a request is rejected when excess > b and delayed by
+// (excess − delay) / rate.
+type LeakyBucket struct {
+	Level int64 // scaled units queued at Last, 0 ≤ Level ≤ capacity
+	Last  int64 // Unix nanoseconds of the latest call
+}
+
+var _ State = (*LeakyBucket)(nil)
+
+// Init empties the queue.
+func (s *LeakyBucket) Init(_ *Params, now int64) { *s = LeakyBucket{Last: now} }
+
+// Floor is Last.
+func (s *LeakyBucket) Floor() int64 { return s.Last }
+
+// ResetAt is when the queue has drained.
+func (s *LeakyBucket) ResetAt(p *Params) int64 { return s.Last + p.rate.Nanos(s.Level) }
+
+// Step decides c; see State.
+func (s *LeakyBucket) Step(p *Params, c Call, commit bool) (sluice.Decision, error) {
+	if c.Now < s.Last {
+		return sluice.Decision{}, ErrClockBackwards
+	}
+	// What has drained since Last: the same arithmetic as a refill of the
+	// free space.
+	ahead := p.capU - p.rate.Refill(p.capU-s.Level, p.capU, c.Now-s.Last)
+	level := ahead
+	d := p.decision()
+	var err error
+	if c.Cost > p.cap {
+		err = p.never(&d, c.Cost)
+	} else if cost := c.Cost * p.rate.PerAtom; ahead+cost <= p.capU {
+		d.Allowed = true
+		level += cost
+		if ahead > p.delayU {
+			d.Delay = dur(p.rate.Nanos(ahead - p.delayU))
+		}
+	} else {
+		d.RetryAfter = dur(p.rate.Nanos(ahead + cost - p.capU))
+	}
+	d.Remaining = units.ToCost(p.rate.Atoms(p.capU - level))
+	d.ResetAfter = dur(p.rate.Nanos(level))
+	if commit {
+		s.Level, s.Last = level, c.Now
+	}
+	return d, err
+}

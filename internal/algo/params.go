@@ -1,0 +1,148 @@
+// Package algo holds the pure rate limiting algorithms: each is a state type
+// whose Step takes the state, the limit, the instant and the cost, and
+// returns the decision. They never read a clock, never allocate on the fast
+// path and never lock; stores own the clock, the map of keys and the
+// locking.
+//
+// All arithmetic is on integers (see internal/units), so decisions are exact
+// and replayable: the same calls at the same instants give the same
+// decisions, to the nanosecond.
+package algo
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/units"
+)
+
+// ErrClockBackwards is returned by Step when now is earlier than an instant
+// the state has already seen (the seed's rule for the token bucket; the
+// window, log and leaky bucket algorithms follow it). GCRA and Concurrency
+// accept an earlier now: it only looks like less capacity to them. Stores
+// that read a clock clamp now to State.Floor instead of failing.
+var ErrClockBackwards = errors.New("algo: time moved backwards")
+
+// Params is a validated Limit compiled to integers. It is immutable and safe
+// to share.
+type Params struct {
+	Limit sluice.Limit
+
+	// Fingerprint identifies the parameters that shape a key's state
+	// (algorithm, quota, window, burst, delay threshold) but not the name.
+	// A store that finds a state written under another fingerprint starts
+	// the key fresh.
+	Fingerprint uint64
+
+	quota  int64 // atoms per window
+	window int64 // nanoseconds
+	cap    int64 // atoms admitted at once: burst, or quota
+
+	// Token bucket, GCRA and leaky bucket work in scaled units.
+	rate   units.Rate
+	capU   int64 // cap in scaled units
+	delayU int64 // leaky bucket delay threshold in scaled units
+}
+
+// Compile validates l and compiles it.
+func Compile(l sluice.Limit) (*Params, error) {
+	if err := l.Validate(); err != nil {
+		return nil, err
+	}
+	p := &Params{Limit: l, window: int64(l.Window)}
+	p.quota, _ = units.FromCost(l.Quota)
+	p.cap = p.quota
+	if l.HasBurst() {
+		if l.Burst != 0 {
+			p.cap, _ = units.FromCost(l.Burst)
+		}
+		p.rate = units.NewRate(p.quota, p.window)
+		p.capU, _ = p.rate.Scale(p.cap)
+		if l.DelayThreshold > 0 {
+			d, _ := units.FromCost(l.DelayThreshold)
+			p.delayU, _ = p.rate.Scale(min(d, p.cap))
+		}
+	}
+	p.Fingerprint = fingerprint(uint64(l.Algorithm), uint64(p.quota), uint64(p.window), uint64(p.cap), uint64(p.delayU))
+	return p, nil
+}
+
+// Cost converts a caller's cost to atoms, checking that it is a positive
+// finite number of the limit's resolution. A cost above the capacity is not
+// an error here: Step answers it with a Never decision.
+func (p *Params) Cost(cost float64) (int64, error) {
+	atoms, ok := units.FromCost(cost)
+	if !ok {
+		if cost > 0 && !math.IsInf(cost, 1) {
+			// Finite, positive, yet out of range: too small or too large.
+			if cost < 1 {
+				return 0, fmt.Errorf("%w: cost %v for limit %q: below the resolution of 0.000001", sluice.ErrInvalidCost, cost, p.Limit.Name)
+			}
+			return 0, fmt.Errorf("%w: cost %v for limit %q: larger than the largest amount (about 9e9)", sluice.ErrInvalidCost, cost, p.Limit.Name)
+		}
+		return 0, fmt.Errorf("%w: cost %v for limit %q: must be a positive finite number", sluice.ErrInvalidCost, cost, p.Limit.Name)
+	}
+	if p.Limit.WholeUnits() && atoms%units.PerCost != 0 {
+		return 0, fmt.Errorf("%w: cost %v for limit %q: %v counts whole units", sluice.ErrInvalidCost, cost, p.Limit.Name, p.Limit.Algorithm)
+	}
+	return atoms, nil
+}
+
+// Call is one decision to make: at instant Now (Unix nanoseconds), spend
+// Cost atoms. Ticket is the identity a Concurrency limit gives the slots it
+// grants; stores supply a fresh non-zero one per call.
+type Call struct {
+	Now    int64
+	Cost   int64
+	Ticket uint64
+}
+
+// State is what every algorithm's state implements (through a pointer).
+type State interface {
+	// Init makes the state that of a key never seen before, at now.
+	Init(p *Params, now int64)
+	// Step decides c. With commit it also updates the state (spends the cost
+	// when allowed); without, it only answers, leaving the state untouched,
+	// which is how a multi-limit decision checks all limits before spending
+	// on any. When the cost exceeds the capacity the decision is Never and
+	// the error wraps sluice.ErrCostExceedsLimit.
+	Step(p *Params, c Call, commit bool) (sluice.Decision, error)
+	// ResetAt is the instant from which the state is equivalent to a fresh
+	// one: a store may forget the key then.
+	ResetAt(p *Params) int64
+	// Floor is the earliest instant Step accepts without ErrClockBackwards
+	// (math.MinInt64 when any instant is accepted).
+	Floor() int64
+}
+
+// never fills d as the answer to a cost above the capacity.
+func (p *Params) never(d *sluice.Decision, cost int64) error {
+	d.Allowed = false
+	d.RetryAfter = sluice.Never
+	return fmt.Errorf("%w: cost %v, capacity %v of limit %q", sluice.ErrCostExceedsLimit, units.ToCost(cost), units.ToCost(p.cap), p.Limit.Name)
+}
+
+// decision starts a decision about p's limit.
+func (p *Params) decision() sluice.Decision { return sluice.Decision{Limit: p.Limit} }
+
+func dur(ns int64) time.Duration { return time.Duration(ns) }
+
+// fingerprint mixes the words with the 64-bit finalizer of MurmurHash3.
+func fingerprint(words ...uint64) uint64 {
+	h := uint64(0x9e3779b97f4a7c15)
+	for _, w := range words {
+		h ^= w
+		h ^= h >> 33
+		h *= 0xff51afd7ed558ccd
+		h ^= h >> 33
+		h *= 0xc4ceb9fe1a85ec53
+		h ^= h >> 33
+	}
+	return h
+}
+
+// minInstant stands for "no instant": before every instant a clock gives.
+const minInstant int64 = math.MinInt64

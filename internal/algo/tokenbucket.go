@@ -1,0 +1,55 @@
+package algo
+
+import (
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/units"
+)
+
+// TokenBucket is the seed's token bucket: Tokens, in scaled units, refilled
+// at the limit's rate since Last and capped at the burst; a cost is admitted
+// when Tokens holds at least that much, and taken from it:
+//
+//	tokens = min(B, tokens + r × (now − last)); last = now
+//	if tokens ≥ cost { tokens −= cost; allow } else { reject }
+//
+// With serialized calls and a clock that does not go back, 0 ≤ Tokens ≤ B
+// and the cost admitted over any interval T is at most B + r × T.
+type TokenBucket struct {
+	Tokens int64 // scaled units, 0 ≤ Tokens ≤ capacity
+	Last   int64 // Unix nanoseconds of the latest call
+}
+
+var _ State = (*TokenBucket)(nil)
+
+// Init fills the bucket.
+func (s *TokenBucket) Init(p *Params, now int64) { *s = TokenBucket{Tokens: p.capU, Last: now} }
+
+// Floor is Last: the token bucket rejects time that moves backwards.
+func (s *TokenBucket) Floor() int64 { return s.Last }
+
+// ResetAt is when the bucket is full again.
+func (s *TokenBucket) ResetAt(p *Params) int64 { return s.Last + p.rate.Nanos(p.capU-s.Tokens) }
+
+// Step decides c; see State.
+func (s *TokenBucket) Step(p *Params, c Call, commit bool) (sluice.Decision, error) {
+	if c.Now < s.Last {
+		return sluice.Decision{}, ErrClockBackwards
+	}
+	tokens := p.rate.Refill(s.Tokens, p.capU, c.Now-s.Last)
+	d := p.decision()
+	var err error
+	if c.Cost > p.cap {
+		err = p.never(&d, c.Cost)
+	} else if cost := c.Cost * p.rate.PerAtom; cost <= tokens { // ≤ capU: no overflow
+		d.Allowed = true
+		tokens -= cost
+	} else {
+		d.RetryAfter = dur(p.rate.Nanos(cost - tokens))
+	}
+	d.Remaining = units.ToCost(p.rate.Atoms(tokens))
+	d.ResetAfter = dur(p.rate.Nanos(p.capU - tokens))
+	if commit {
+		s.Tokens, s.Last = tokens, c.Now
+	}
+	return d, err
+}

@@ -1,0 +1,145 @@
+// Package units turns a limit's real-valued quantities into exact integers.
+//
+// Costs, quotas and bursts are counted in atoms, millionths of a cost unit,
+// so the fractional costs of the contract (2.5, 0.1) are whole numbers. Time
+// is counted in nanoseconds. A rate of Q atoms per W nanoseconds is reduced
+// by gcd(Q, W) to a pair (PerNano, PerAtom): a scaled unit is then both
+// 1/PerAtom of an atom and the refill of 1/PerNano of a nanosecond, so a
+// token bucket's level, its refill and a cost are all integers of the same
+// unit and every comparison is exact. Nothing here rounds except the one
+// conversion of a caller's float64 into atoms.
+package units
+
+import (
+	"math"
+	"math/bits"
+)
+
+// PerCost is the number of atoms in one cost unit: costs, quotas and bursts
+// have a resolution of one millionth.
+const PerCost = 1_000_000
+
+// MaxAtoms bounds every amount in atoms (2^53, about 9e9 cost units), so a
+// float64 holds each amount exactly.
+const MaxAtoms = 1 << 53
+
+// MaxScaled bounds a scaled quantity (a bucket's capacity in scaled units);
+// 2^62 leaves room for the sum of two of them in an int64.
+const MaxScaled = 1 << 62
+
+// FromCost converts x cost units to atoms, rounded to the nearest atom. It
+// reports false when x is NaN, infinite, not positive, rounds to zero atoms,
+// or exceeds MaxAtoms.
+func FromCost(x float64) (int64, bool) {
+	if !(x > 0) || x > MaxAtoms/PerCost {
+		return 0, false // also NaN and +Inf
+	}
+	a := int64(math.Round(x * PerCost))
+	if a <= 0 || a > MaxAtoms {
+		return 0, false
+	}
+	return a, true
+}
+
+// ToCost converts atoms back to cost units.
+func ToCost(atoms int64) float64 { return float64(atoms) / PerCost }
+
+// Rate is a refill rate of Q atoms per W nanoseconds in lowest terms. In
+// scaled units, one nanosecond refills PerNano units and one atom is PerAtom
+// units. The zero Rate is invalid.
+type Rate struct {
+	PerNano int64 // scaled units refilled per nanosecond: Q / gcd(Q, W)
+	PerAtom int64 // scaled units per atom: W / gcd(Q, W)
+}
+
+// NewRate returns the rate of quotaAtoms per windowNanos; both must be > 0.
+func NewRate(quotaAtoms, windowNanos int64) Rate {
+	g := gcd(quotaAtoms, windowNanos)
+	return Rate{PerNano: quotaAtoms / g, PerAtom: windowNanos / g}
+}
+
+// Scale converts atoms to scaled units. It reports false when the result
+// would exceed MaxScaled.
+func (r Rate) Scale(atoms int64) (int64, bool) {
+	hi, lo := bits.Mul64(uint64(atoms), uint64(r.PerAtom))
+	if hi != 0 || lo > MaxScaled {
+		return 0, false
+	}
+	return int64(lo), true
+}
+
+// Atoms converts scaled units to whole atoms, rounding down.
+func (r Rate) Atoms(units int64) int64 { return units / r.PerAtom }
+
+// Nanos returns the time, rounded up to a whole nanosecond, that the rate
+// needs to refill units (units >= 0).
+func (r Rate) Nanos(units int64) int64 { return CeilDiv(units, r.PerNano) }
+
+// Refill returns level plus what elapsed nanoseconds refill, capped at max.
+// It never overflows: level <= max <= MaxScaled and elapsed >= 0.
+func (r Rate) Refill(level, max, elapsed int64) int64 {
+	if level >= max || elapsed >= r.Nanos(max-level) {
+		return max
+	}
+	return level + elapsed*r.PerNano // < max + PerNano, no overflow
+}
+
+// CeilDiv returns ceil(a/b) for a >= 0 and b > 0.
+func CeilDiv(a, b int64) int64 { return (a + b - 1) / b }
+
+// FloorDiv returns floor(a/b) for b > 0 and any a.
+func FloorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && a < 0 {
+		q--
+	}
+	return q
+}
+
+// MulDiv returns floor(a*b/c) for a, b >= 0 and c > 0, computed with a
+// 128-bit intermediate, and false when the quotient does not fit in an int64.
+func MulDiv(a, b, c int64) (int64, bool) {
+	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	if hi >= uint64(c) {
+		return 0, false
+	}
+	q, _ := bits.Div64(hi, lo, uint64(c))
+	if q > math.MaxInt64 {
+		return 0, false
+	}
+	return int64(q), true
+}
+
+// Mul128 is an unsigned 128-bit product, for exact comparisons of products.
+type Mul128 struct{ Hi, Lo uint64 }
+
+// Mul returns a*b for a, b >= 0 as a 128-bit number.
+func Mul(a, b int64) Mul128 {
+	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	return Mul128{hi, lo}
+}
+
+// Add returns x+y; the callers' operands are far below 2^127.
+func (x Mul128) Add(y Mul128) Mul128 {
+	lo, carry := bits.Add64(x.Lo, y.Lo, 0)
+	return Mul128{x.Hi + y.Hi + carry, lo}
+}
+
+// Less reports x < y.
+func (x Mul128) Less(y Mul128) bool {
+	return x.Hi < y.Hi || (x.Hi == y.Hi && x.Lo < y.Lo)
+}
+
+// Div returns x / d and x % d; the quotient must fit in an int64 (callers
+// check that x < d × 2^63).
+func (x Mul128) Div(d int64) (q, r int64) {
+	uq, ur := bits.Div64(x.Hi, x.Lo, uint64(d))
+	return int64(uq), int64(ur)
+}
+
+func gcd(a, b int64) int64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
