@@ -17,7 +17,7 @@ func FuzzTraces(f *testing.F) {
 		alg := rapid.SampledFrom(algorithms).Draw(rt, "algorithm")
 		c := genCase(alg).Draw(rt, "case")
 		p, _ := Compile(c.Limit)
-		for i, e := range run(rt, c, newState(alg)) {
+		for i, e := range run(rt, c, NewState(alg)) {
 			if err := checkDecision(p, e); err != nil {
 				rt.Fatalf("call %d: %v", i, err)
 			}
@@ -45,7 +45,7 @@ func FuzzCompile(f *testing.F) {
 		}
 		// Instants near the ends of the clock are out of scope for stores
 		// (they are Unix nanoseconds of real clocks), but must not panic.
-		s := newState(l.Algorithm)
+		s := NewState(l.Algorithm)
 		s.Init(p, now)
 		for i := range 3 {
 			d, err := s.Step(p, Call{Now: now, Cost: atoms, Ticket: uint64(i + 1)}, true)

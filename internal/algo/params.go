@@ -70,6 +70,10 @@ func Compile(l sluice.Limit) (*Params, error) {
 	return p, nil
 }
 
+// CapacityAtoms is the most cost, in atoms, the limit admits at once; a
+// cost above it is answered Never, which reads a state without changing it.
+func (p *Params) CapacityAtoms() int64 { return p.cap }
+
 // Cost converts a caller's cost to atoms, checking that it is a positive
 // finite number of the limit's resolution. A cost above the capacity is not
 // an error here: Step answers it with a Never decision.
@@ -116,6 +120,28 @@ type State interface {
 	// Floor is the earliest instant Step accepts without ErrClockBackwards
 	// (math.MinInt64 when any instant is accepted).
 	Floor() int64
+}
+
+// NewState returns the zero state of algorithm a, to Init before use, or
+// nil for an unknown algorithm.
+func NewState(a sluice.Algorithm) State {
+	switch a {
+	case sluice.TokenBucket:
+		return new(TokenBucket)
+	case sluice.GCRA:
+		return new(GCRA)
+	case sluice.FixedWindow:
+		return new(FixedWindow)
+	case sluice.SlidingLog:
+		return new(SlidingLog)
+	case sluice.SlidingWindow:
+		return new(SlidingWindow)
+	case sluice.LeakyBucket:
+		return new(LeakyBucket)
+	case sluice.Concurrency:
+		return new(Concurrency)
+	}
+	return nil
 }
 
 // never fills d as the answer to a cost above the capacity.

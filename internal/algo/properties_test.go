@@ -156,7 +156,7 @@ func TestPropDecisionsExact(t *testing.T) {
 		t.Run(alg.String(), rapid.MakeCheck(func(rt *rapid.T) {
 			c := genCase(alg).Draw(rt, "case")
 			p, _ := Compile(c.Limit)
-			s := newState(alg)
+			s := NewState(alg)
 			now := epoch
 			s.Init(p, now)
 			probe := p.cap + 1 // a never-fitting cost reads the state without spending
@@ -253,7 +253,7 @@ func TestPropBurstPlusRateBound(t *testing.T) {
 		t.Run(alg.String(), rapid.MakeCheck(func(rt *rapid.T) {
 			c := genCase(alg).Draw(rt, "case")
 			p, _ := Compile(c.Limit)
-			if err := burstBound(p, run(rt, c, newState(alg))); err != nil {
+			if err := burstBound(p, run(rt, c, NewState(alg))); err != nil {
 				rt.Fatal(err)
 			}
 		}))

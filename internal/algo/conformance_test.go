@@ -1,0 +1,51 @@
+package algo_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/algo"
+	"github.com/sluicehq/sluice/limittest"
+)
+
+// pureLimiter runs the pure algorithms, one goroutine at a time, with no
+// store in between: the conformance timelines are the algorithms' own spec.
+type pureLimiter struct {
+	sluice.Limiter // only Allow is used
+	now            func() time.Time
+	states         map[string]algo.State
+}
+
+func (l *pureLimiter) Allow(_ context.Context, key string, limit sluice.Limit, cost float64) (sluice.Decision, error) {
+	p, err := algo.Compile(limit)
+	if err != nil {
+		return sluice.Decision{}, err
+	}
+	atoms, err := p.Cost(cost)
+	if err != nil {
+		return sluice.Decision{}, err
+	}
+	now := l.now().UnixNano()
+	id := limit.String() + "\x00" + key
+	s, ok := l.states[id]
+	if !ok {
+		s = algo.NewState(limit.Algorithm)
+		s.Init(p, now)
+		l.states[id] = s
+	}
+	return s.Step(p, algo.Call{Now: now, Cost: atoms, Ticket: 1}, true)
+}
+
+func TestTimelines(t *testing.T) {
+	t.Parallel()
+	for _, tl := range limittest.Timelines {
+		t.Run(tl.Name, func(t *testing.T) {
+			t.Parallel()
+			clock := limittest.NewClock(limittest.Epoch)
+			l := &pureLimiter{now: clock.Now, states: map[string]algo.State{}}
+			limittest.PlayTimeline(t, l, clock, tl, func(k string) string { return k })
+		})
+	}
+}

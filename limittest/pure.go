@@ -1,0 +1,125 @@
+package limittest
+
+import (
+	"context"
+	"math/rand/v2"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/algo"
+)
+
+// matchesPureAlgorithms replays random traces of every algorithm on the
+// store and on the pure algorithm (internal/algo), which is the
+// specification: decisions must be identical, to the nanosecond. Traces
+// mix integer and fractional quotas and costs, round and odd windows, and,
+// for concurrency, releases.
+func (s *suite) matchesPureAlgorithms(t *testing.T) {
+	t.Parallel()
+	for _, alg := range Algorithms {
+		t.Run(alg.String(), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			rng := rand.New(rand.NewPCG(uint64(alg), 7))
+			l, clock := s.store(t)
+			for trace := range 100 {
+				limit := randomLimit(rng, alg, trace)
+				p, err := algo.Compile(limit)
+				if err != nil {
+					t.Fatalf("trace %d: %v", trace, err)
+				}
+				pure := algo.NewState(alg)
+				now := Epoch.UnixNano()
+				pure.Init(p, now)
+				key := s.key(t, "trace-"+strconv.Itoa(trace))
+				var tickets []uint64 // the store's, by grant order
+				var pureTickets []uint64
+				for i := range 60 {
+					if rng.IntN(3) > 0 {
+						now += randomGap(rng, limit)
+					}
+					clock.Set(time.Unix(0, now))
+					if alg == sluice.Concurrency && len(tickets) > 0 && rng.IntN(4) == 0 {
+						j := rng.IntN(len(tickets))
+						if err := l.Release(ctx, key, limit, tickets[j]); err != nil {
+							t.Fatalf("trace %d, call %d: Release: %v", trace, i, err)
+						}
+						pure.(*algo.Concurrency).Release(pureTickets[j])
+						continue
+					}
+					cost := randomCost(rng, limit)
+					got, gotErr := l.Allow(ctx, key, limit, cost)
+					atoms, err := p.Cost(cost)
+					if err != nil {
+						t.Fatalf("trace %d: cost %v: %v", trace, cost, err)
+					}
+					want, wantErr := pure.Step(p, algo.Call{Now: now, Cost: atoms, Ticket: uint64(i + 1)}, true)
+					if got.Allowed && alg == sluice.Concurrency {
+						tickets, pureTickets = append(tickets, got.Ticket), append(pureTickets, want.Ticket)
+						if got.Ticket == 0 {
+							t.Fatalf("trace %d, call %d: allowed without a ticket", trace, i)
+						}
+						got.Ticket = want.Ticket
+					}
+					if got != want || (gotErr == nil) != (wantErr == nil) {
+						t.Fatalf("trace %d (%v), call %d at +%v, cost %v:\nstore %+v (err %v)\npure  %+v (err %v)",
+							trace, limit, i, time.Duration(now-Epoch.UnixNano()), cost, got, gotErr, want, wantErr)
+					}
+				}
+			}
+		})
+	}
+}
+
+// Algorithms lists every algorithm, in declaration order.
+var Algorithms = []sluice.Algorithm{sluice.TokenBucket, sluice.GCRA, sluice.FixedWindow, sluice.SlidingLog,
+	sluice.SlidingWindow, sluice.LeakyBucket, sluice.Concurrency}
+
+var roundWindows = []time.Duration{ms, 10 * ms, s1, 3 * s1, time.Minute, time.Hour}
+
+func randomLimit(rng *rand.Rand, alg sluice.Algorithm, trace int) sluice.Limit {
+	l := sluice.Limit{Name: "pure-" + strconv.Itoa(trace), Algorithm: alg}
+	for {
+		l.Quota = float64(1 + rng.IntN(30))
+		if !l.WholeUnits() && rng.IntN(2) == 0 {
+			l.Quota = float64(1+rng.IntN(400)) / 4
+		}
+		l.Window = roundWindows[rng.IntN(len(roundWindows))]
+		if rng.IntN(3) == 0 {
+			l.Window = time.Duration(1000 + rng.Int64N(1e10))
+		}
+		l.Burst, l.DelayThreshold = 0, 0
+		if l.HasBurst() && rng.IntN(2) == 0 {
+			l.Burst = float64(1+rng.IntN(100)) / 2
+		}
+		if alg == sluice.LeakyBucket && rng.IntN(2) == 0 {
+			l.DelayThreshold = float64(rng.IntN(int(l.Capacity()) + 1))
+		}
+		if l.Validate() == nil {
+			return l
+		}
+	}
+}
+
+// randomGap is a time step around the limit's emission interval.
+func randomGap(rng *rand.Rand, l sluice.Limit) int64 {
+	interval := max(int64(float64(l.Window)/l.Quota), 1)
+	switch rng.IntN(3) {
+	case 0:
+		return rng.Int64N(2 * interval)
+	case 1:
+		return interval * rng.Int64N(3)
+	}
+	return rng.Int64N(3 * int64(l.Window))
+}
+
+// randomCost is a whole or fractional cost, sometimes above the capacity.
+func randomCost(rng *rand.Rand, l sluice.Limit) float64 {
+	capacity := l.Capacity()
+	if l.WholeUnits() || rng.IntN(2) == 0 {
+		return float64(1 + rng.IntN(int(capacity)+1))
+	}
+	return float64(1+rng.Int64N(int64(capacity*1e6)+1e6)) / 1e6
+}

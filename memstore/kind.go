@@ -1,0 +1,130 @@
+package memstore
+
+import (
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/algo"
+)
+
+// kind is the glue between the store and one algorithm's state type S: it
+// finds the shard's table of S and runs the algorithm on a key's state.
+type kind[S any, P interface {
+	*S
+	algo.State
+}] struct {
+	table func(*shard) *table[S]
+}
+
+// kindOps is what the store does with a kind without knowing its state type.
+type kindOps interface {
+	// step decides call for the identity in r, with the shard locked. With
+	// commit it writes the new state (inserting the key if it spent).
+	step(s *Store, sh *shard, r *resolved, call algo.Call, commit bool) (sluice.Decision, error)
+	len(sh *shard) int
+	// evict removes the sampled entry that is closest to fresh and reports
+	// whether it still held live state.
+	evict(s *Store, sh *shard, nowSec uint32) (live bool)
+	// sweep removes the entries that are fresh again at nowSec.
+	sweep(s *Store, sh *shard, nowSec uint32) int
+}
+
+var kinds = [...]kindOps{
+	sluice.TokenBucket:   &kind[algo.TokenBucket, *algo.TokenBucket]{func(sh *shard) *table[algo.TokenBucket] { return &sh.tokenBucket }},
+	sluice.GCRA:          &kind[algo.GCRA, *algo.GCRA]{func(sh *shard) *table[algo.GCRA] { return &sh.gcra }},
+	sluice.FixedWindow:   &kind[algo.FixedWindow, *algo.FixedWindow]{func(sh *shard) *table[algo.FixedWindow] { return &sh.fixedWindow }},
+	sluice.SlidingLog:    &kind[algo.SlidingLog, *algo.SlidingLog]{func(sh *shard) *table[algo.SlidingLog] { return &sh.slidingLog }},
+	sluice.SlidingWindow: &kind[algo.SlidingWindow, *algo.SlidingWindow]{func(sh *shard) *table[algo.SlidingWindow] { return &sh.slidingWindow }},
+	sluice.LeakyBucket:   &kind[algo.LeakyBucket, *algo.LeakyBucket]{func(sh *shard) *table[algo.LeakyBucket] { return &sh.leakyBucket }},
+	sluice.Concurrency:   &kind[algo.Concurrency, *algo.Concurrency]{func(sh *shard) *table[algo.Concurrency] { return &sh.concurrency }},
+}
+
+func (k *kind[S, P]) len(sh *shard) int { return k.table(sh).n }
+
+func (k *kind[S, P]) step(s *Store, sh *shard, r *resolved, call algo.Call, commit bool) (sluice.Decision, error) {
+	t := k.table(sh)
+	p := r.c.params
+	at, free := t.find(r.h, r.c.name, r.key)
+	var fresh S
+	state := P(&fresh)
+	switch {
+	case at < 0:
+		state.Init(p, call.Now)
+	case t.slots[at].ref.fp != r.c.fp:
+		// Written under other parameters: the key starts fresh.
+		if commit {
+			state = P(&t.slots[at].state)
+			t.slots[at].ref.fp = r.c.fp
+			sh.stats.ParamResets++
+		}
+		state.Init(p, call.Now)
+	default:
+		state = P(&t.slots[at].state)
+	}
+	if floor := state.Floor(); call.Now < floor {
+		call.Now = floor
+		if commit {
+			sh.stats.ClockBackwards++
+		}
+	}
+	d, err := state.Step(p, call, commit)
+	if !commit {
+		return d, err
+	}
+	if at < 0 {
+		if !d.Allowed {
+			return d, err // nothing spent: nothing to remember
+		}
+		if sh.n >= s.perShard {
+			s.makeRoom(sh, k, call.Now)
+			free = -1 // the eviction may have moved entries
+		}
+		ref := newRef(r.c.name, r.key)
+		ref.fp = r.c.fp
+		at = t.insert(r.h, free, ref, s.seed)
+		t.slots[at].state = fresh
+		sh.n++
+	}
+	t.slots[at].ref.reset = s.resetSecond(P(&t.slots[at].state).ResetAt(p))
+	return d, err
+}
+
+// evict samples up to evictSamples entries from a random place and removes
+// the one whose reset comes first: the least information is lost.
+func (k *kind[S, P]) evict(s *Store, sh *shard, nowSec uint32) bool {
+	t := k.table(sh)
+	size := len(t.ctrl)
+	victim, seen := -1, 0
+	for i, steps := int(sh.random()%uint64(size)), 0; seen < evictSamples && steps < size; steps++ {
+		if t.ctrl[i] != 0 {
+			if victim < 0 || t.slots[i].ref.reset < t.slots[victim].ref.reset {
+				victim = i
+			}
+			seen++
+		}
+		if i++; i == size {
+			i = 0
+		}
+	}
+	live := t.slots[victim].ref.reset > nowSec
+	t.remove(victim, s.seed)
+	sh.n--
+	return live
+}
+
+func (k *kind[S, P]) sweep(s *Store, sh *shard, nowSec uint32) int {
+	t := k.table(sh)
+	removed := 0
+	for i := 0; i < len(t.ctrl); {
+		if t.ctrl[i] != 0 && t.slots[i].ref.reset <= nowSec {
+			t.remove(i, s.seed) // an entry may shift into i: look at i again
+			removed++
+			continue
+		}
+		i++
+	}
+	sh.n -= removed
+	t.shrink(s.seed)
+	return removed
+}
+
+// evictSamples is how many entries an eviction compares.
+const evictSamples = 5

@@ -1,0 +1,503 @@
+// Package memstore is the in-process store of sluice: a sluice.Limiter that
+// keeps every key's state in memory, for one process (the embedded default).
+//
+// Keys are spread over shards, each a lock and one open-addressing table
+// per algorithm; a decision on an existing key allocates nothing. Memory is
+// bounded: at most MaxKeys keys are held; to admit a new key into a full
+// shard the store evicts, among a few sampled keys, the one closest to its
+// reset (an evicted key restarts full, and that is counted), and a
+// background sweep forgets keys that are back to full, which loses nothing.
+//
+// For a fleet of processes sharing limits, use redisstore.
+package memstore
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"math"
+	"math/bits"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/algo"
+	"github.com/sluicehq/sluice/internal/monoclock"
+)
+
+// Options configures a Store. The zero value is valid: every zero field
+// means its documented default.
+type Options struct {
+	// Now is the clock. Default: the runtime's monotonic clock anchored to
+	// the wall clock when the store is created (time.Now's reading without
+	// its cost, and never stepping back). A Now that steps backwards is
+	// tolerated: the decision is made at the latest instant the key has
+	// seen (no refill) and counted in Stats.ClockBackwards.
+	Now func() time.Time
+
+	// MaxKeys bounds the keys held, over all limits. Default 1,048,576
+	// (about 60 MiB of token-bucket state plus the keys' bytes). The store
+	// holds at most MaxKeys, a little fewer when keys fall unevenly on
+	// shards.
+	MaxKeys int
+
+	// SweepInterval is how often the background sweep forgets keys that are
+	// back to full. Default one minute; negative disables the sweep (memory
+	// is then bounded by MaxKeys alone).
+	SweepInterval time.Duration
+
+	// Shards is the number of locks and tables, a power of two. Default:
+	// 256, fewer when MaxKeys is small, so that each shard holds at least 64
+	// keys.
+	Shards int
+}
+
+// Default option values.
+const (
+	DefaultMaxKeys       = 1 << 20
+	DefaultSweepInterval = time.Minute
+	DefaultShards        = 256
+)
+
+// Stats are counters of a Store's life.
+type Stats struct {
+	Keys           int    // keys held now
+	Evictions      uint64 // keys dropped while they held live state, to stay under MaxKeys; each restarts full
+	Expired        uint64 // keys forgotten because they were back to full (nothing lost)
+	ParamResets    uint64 // keys restarted fresh because their limit's parameters changed
+	ClockBackwards uint64 // decisions whose clock reading was earlier than the key's state (clamped)
+}
+
+// Store is an in-memory sluice.Limiter. It is safe for concurrent use.
+// Create it with New; Close stops its background sweep.
+type Store struct {
+	seed     maphash.Seed
+	clock    func() int64
+	epoch    int64 // Unix ns of the store's second 0, for reset seconds
+	shards   []shard
+	shift    uint // 64 − log2(len(shards))
+	perShard int
+
+	limits   atomic.Pointer[map[sluice.Limit]*compiled]
+	limitsMu sync.Mutex // serializes writers of limits
+	tickets  atomic.Uint64
+
+	stop      chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+var _ sluice.Limiter = (*Store)(nil)
+
+// shard is one lock and the tables of the keys whose hash selects it.
+type shard struct {
+	mu    sync.Mutex
+	n     int    // keys in all tables
+	rng   uint64 // xorshift state for eviction sampling
+	stats Stats  // counters, guarded by mu (Keys unused)
+
+	tokenBucket   table[algo.TokenBucket]
+	gcra          table[algo.GCRA]
+	fixedWindow   table[algo.FixedWindow]
+	slidingLog    table[algo.SlidingLog]
+	slidingWindow table[algo.SlidingWindow]
+	leakyBucket   table[algo.LeakyBucket]
+	concurrency   table[algo.Concurrency]
+
+	_ [64]byte // keep neighbouring shards' locks off each other's cache lines
+}
+
+// compiled is a limit compiled once and cached.
+type compiled struct {
+	params   *algo.Params
+	name     string
+	nameHash uint64
+	fp       uint16
+	kind     kindOps
+}
+
+// resolved is one (limit, key) of a call, located.
+type resolved struct {
+	c     *compiled
+	key   string
+	h     uint64
+	shard int
+	cost  int64
+}
+
+// maxCompiled bounds the cache of compiled limits; past it the cache starts
+// over (limits are cheap to compile again).
+const maxCompiled = 4096
+
+// New returns a Store, starting its background sweep unless disabled.
+func New(opts Options) (*Store, error) {
+	if opts.MaxKeys < 0 {
+		return nil, fmt.Errorf("memstore: MaxKeys %d: must be positive (0 means %d)", opts.MaxKeys, DefaultMaxKeys)
+	}
+	if opts.Shards < 0 || opts.Shards&(opts.Shards-1) != 0 || opts.Shards > 1<<16 {
+		return nil, fmt.Errorf("memstore: Shards %d: must be a power of two up to 65536 (0 means the default)", opts.Shards)
+	}
+	maxKeys := cmp.Or(opts.MaxKeys, DefaultMaxKeys)
+	n := opts.Shards
+	if n == 0 {
+		n = DefaultShards
+		for n > 1 && maxKeys/n < 64 {
+			n /= 2
+		}
+	}
+	if maxKeys < n {
+		return nil, fmt.Errorf("memstore: MaxKeys %d is fewer than Shards %d", maxKeys, n)
+	}
+	s := &Store{
+		seed:     maphash.MakeSeed(),
+		shards:   make([]shard, n),
+		shift:    uint(64 - bits.TrailingZeros(uint(n))),
+		perShard: maxKeys / n,
+		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
+	}
+	if n == 1 {
+		s.shift = 64 // h >> 64 is 0 in Go
+	}
+	if opts.Now != nil {
+		now := opts.Now
+		s.clock = func() int64 { return now().UnixNano() }
+	} else {
+		s.clock = monoclock.New().Now
+	}
+	// Reset seconds are uint32 counted from 2^31 s (68 years) before now,
+	// so they cover the next 68 years and a fake clock set far back.
+	s.epoch = s.clock() - math.MaxInt32*int64(time.Second)
+	for i := range s.shards {
+		s.shards[i].rng = uint64(i)*0x9e3779b97f4a7c15 | 1
+	}
+	empty := map[sluice.Limit]*compiled{}
+	s.limits.Store(&empty)
+	s.tickets.Store(uint64(time.Now().UnixNano()) << 16) // tickets of an earlier process are not reused
+	interval := cmp.Or(opts.SweepInterval, DefaultSweepInterval)
+	if interval < 0 {
+		close(s.done)
+	} else {
+		go s.sweepEvery(interval)
+	}
+	return s, nil
+}
+
+// Allow decides whether cost may be spent on key under limit now; see
+// sluice.Limiter. It never blocks on anything but its shard's lock; ctx is
+// not used.
+func (s *Store) Allow(_ context.Context, key string, limit sluice.Limit, cost float64) (sluice.Decision, error) {
+	var r resolved
+	if err := s.resolve(&r, key, limit, cost); err != nil {
+		return sluice.Decision{}, err
+	}
+	call := algo.Call{Cost: r.cost}
+	if limit.Algorithm == sluice.Concurrency {
+		call.Ticket = s.tickets.Add(1)
+	}
+	sh := &s.shards[r.shard]
+	sh.mu.Lock()
+	call.Now = s.clock()
+	d, err := r.c.kind.step(s, sh, &r, call, true)
+	sh.mu.Unlock()
+	return d, err
+}
+
+// AllowAll decides several limits as one; see sluice.Limiter. The limits are
+// decided atomically: their shards are locked together (in index order) and
+// read one clock instant. In RejectionsCount mode a Concurrency limit is
+// never charged for a rejected request (its slots would stay held).
+func (s *Store) AllowAll(_ context.Context, reqs []sluice.Request, mode sluice.Mode, each []sluice.Decision) (sluice.Decision, error) {
+	if mode != sluice.AllOrNothing && mode != sluice.RejectionsCount {
+		return sluice.Decision{}, fmt.Errorf("%w: unknown mode %d", sluice.ErrInvalidRequest, mode)
+	}
+	if each != nil && len(each) != len(reqs) {
+		return sluice.Decision{}, fmt.Errorf("%w: %d decisions for %d requests", sluice.ErrInvalidRequest, len(each), len(reqs))
+	}
+	if len(reqs) == 0 {
+		return sluice.Decision{}, fmt.Errorf("%w: no requests", sluice.ErrInvalidRequest)
+	}
+	var (
+		rsBuf    [8]resolved
+		callsBuf [8]algo.Call
+		dsBuf    [8]sluice.Decision
+	)
+	rs, calls, ds := rsBuf[:0], callsBuf[:0], dsBuf[:0]
+	for i, q := range reqs {
+		rs = append(rs, resolved{})
+		if err := s.resolve(&rs[i], q.Key, q.Limit, q.Cost); err != nil {
+			return sluice.Decision{}, fmt.Errorf("request %d: %w", i, err)
+		}
+		for j := range i {
+			if rs[j].c.name == rs[i].c.name && rs[j].key == rs[i].key {
+				return sluice.Decision{}, fmt.Errorf("%w: requests %d and %d have the same limit name %q and key", sluice.ErrInvalidRequest, j, i, rs[i].c.name)
+			}
+		}
+		call := algo.Call{Cost: rs[i].cost}
+		if q.Limit.Algorithm == sluice.Concurrency {
+			if each == nil {
+				return sluice.Decision{}, fmt.Errorf("%w: request %d is a concurrency limit: pass each to receive its ticket", sluice.ErrInvalidRequest, i)
+			}
+			call.Ticket = s.tickets.Add(1)
+		}
+		calls = append(calls, call)
+		ds = append(ds, sluice.Decision{})
+	}
+	s.lockAll(rs)
+	now := s.clock()
+	var errs []error
+	allowed := true
+	for i := range rs {
+		calls[i].Now = now
+		commit := mode == sluice.RejectionsCount && rs[i].c.params.Limit.Algorithm != sluice.Concurrency
+		d, err := rs[i].c.kind.step(s, &s.shards[rs[i].shard], &rs[i], calls[i], commit)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("request %d: %w", i, err))
+		}
+		ds[i], allowed = d, allowed && d.Allowed
+	}
+	for i := range rs {
+		committed := mode == sluice.RejectionsCount && rs[i].c.params.Limit.Algorithm != sluice.Concurrency
+		switch {
+		case committed:
+		case allowed:
+			ds[i], _ = rs[i].c.kind.step(s, &s.shards[rs[i].shard], &rs[i], calls[i], true)
+		case ds[i].Allowed:
+			// Would have allowed, but nothing was spent: report the state as
+			// it is, read with a cost that never fits.
+			peek := calls[i]
+			peek.Cost = rs[i].c.params.CapacityAtoms() + 1
+			ds[i], _ = rs[i].c.kind.step(s, &s.shards[rs[i].shard], &rs[i], peek, false)
+			ds[i].Allowed, ds[i].RetryAfter = true, 0
+		}
+	}
+	s.unlockAll(rs)
+	copy(each, ds)
+	return combine(ds), errors.Join(errs...)
+}
+
+// combine is the decision of several: see sluice.Limiter.AllowAll.
+func combine(ds []sluice.Decision) sluice.Decision {
+	pick, delay := 0, time.Duration(0)
+	allowed := true
+	for _, d := range ds {
+		allowed = allowed && d.Allowed
+		delay = max(delay, d.Delay)
+	}
+	for i, d := range ds[1:] {
+		p := ds[pick]
+		if allowed && d.Remaining < p.Remaining ||
+			!allowed && !d.Allowed && (p.Allowed || d.RetryAfter > p.RetryAfter) {
+			pick = i + 1
+		}
+	}
+	d := ds[pick]
+	d.Allowed = allowed
+	if allowed {
+		d.Delay = delay
+	}
+	d.Ticket = 0
+	return d
+}
+
+// Release frees the slots a Concurrency decision holds; see sluice.Limiter.
+func (s *Store) Release(_ context.Context, key string, limit sluice.Limit, ticket uint64) error {
+	if limit.Algorithm != sluice.Concurrency {
+		return fmt.Errorf("%w: Release is for concurrency limits, %q is a %v", sluice.ErrInvalidRequest, limit.Name, limit.Algorithm)
+	}
+	var r resolved
+	if err := s.resolve(&r, key, limit, 1); err != nil {
+		return err
+	}
+	sh := &s.shards[r.shard]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	t := &sh.concurrency
+	if at, _ := t.find(r.h, r.c.name, key); at >= 0 && t.slots[at].ref.fp == r.c.fp {
+		st := &t.slots[at].state
+		if st.Release(ticket) {
+			t.slots[at].ref.reset = s.resetSecond(st.ResetAt(r.c.params))
+		}
+	}
+	return nil
+}
+
+// Stats returns the store's counters.
+func (s *Store) Stats() Stats {
+	var st Stats
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		st.Keys += sh.n
+		st.Evictions += sh.stats.Evictions
+		st.Expired += sh.stats.Expired
+		st.ParamResets += sh.stats.ParamResets
+		st.ClockBackwards += sh.stats.ClockBackwards
+		sh.mu.Unlock()
+	}
+	return st
+}
+
+// Close stops the background sweep and waits for it to exit. The store
+// keeps deciding. Close is idempotent and always returns nil.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() { close(s.stop) })
+	<-s.done
+	return nil
+}
+
+// Sweep forgets, now, every key that is back to full; the background sweep
+// calls it. It returns how many keys it forgot.
+func (s *Store) Sweep() int {
+	total := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		nowSec := s.second(s.clock())
+		removed := 0
+		for _, k := range kinds {
+			removed += k.sweep(s, sh, nowSec)
+		}
+		sh.stats.Expired += uint64(removed)
+		sh.mu.Unlock()
+		total += removed
+	}
+	return total
+}
+
+func (s *Store) sweepEvery(interval time.Duration) {
+	defer close(s.done)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			s.Sweep()
+		}
+	}
+}
+
+// resolve validates one (key, limit, cost) and locates it.
+func (s *Store) resolve(r *resolved, key string, limit sluice.Limit, cost float64) error {
+	c, err := s.compile(limit)
+	if err != nil {
+		return err
+	}
+	if err := sluice.ValidateKey(key); err != nil {
+		return err
+	}
+	if r.cost, err = c.params.Cost(cost); err != nil {
+		return err
+	}
+	r.c, r.key = c, key
+	r.h = hashOf(s.seed, c.nameHash, key)
+	r.shard = int(r.h >> s.shift)
+	return nil
+}
+
+// compile returns the cached compilation of limit, compiling it on a miss.
+func (s *Store) compile(limit sluice.Limit) (*compiled, error) {
+	if c, ok := (*s.limits.Load())[limit]; ok {
+		return c, nil
+	}
+	p, err := algo.Compile(limit)
+	if err != nil {
+		return nil, err
+	}
+	c := &compiled{
+		params:   p,
+		name:     limit.Name,
+		nameHash: maphash.String(s.seed, limit.Name),
+		fp:       uint16(p.Fingerprint),
+		kind:     kinds[limit.Algorithm],
+	}
+	s.limitsMu.Lock()
+	defer s.limitsMu.Unlock()
+	old := *s.limits.Load()
+	next := make(map[sluice.Limit]*compiled, len(old)+1)
+	if len(old) < maxCompiled {
+		for k, v := range old {
+			next[k] = v
+		}
+	}
+	next[limit] = c
+	s.limits.Store(&next)
+	return c, nil
+}
+
+// makeRoom evicts one key from sh, preferring the table of the key about to
+// be inserted, else the fullest table.
+func (s *Store) makeRoom(sh *shard, prefer kindOps, now int64) {
+	victim := prefer
+	if prefer.len(sh) == 0 {
+		for _, k := range kinds {
+			if k.len(sh) > victim.len(sh) {
+				victim = k
+			}
+		}
+	}
+	if victim.evict(s, sh, s.second(now)) {
+		sh.stats.Evictions++
+	} else {
+		sh.stats.Expired++
+	}
+}
+
+// lockAll locks the distinct shards of rs in index order.
+func (s *Store) lockAll(rs []resolved) {
+	s.eachShard(rs, func(sh *shard) { sh.mu.Lock() })
+}
+
+func (s *Store) unlockAll(rs []resolved) {
+	s.eachShard(rs, func(sh *shard) { sh.mu.Unlock() })
+}
+
+// eachShard calls f once per distinct shard of rs, in increasing index.
+func (s *Store) eachShard(rs []resolved, f func(*shard)) {
+	last := -1
+	for {
+		next := len(s.shards)
+		for i := range rs {
+			if rs[i].shard > last && rs[i].shard < next {
+				next = rs[i].shard
+			}
+		}
+		if next == len(s.shards) {
+			return
+		}
+		f(&s.shards[next])
+		last = next
+	}
+}
+
+// second is the store-clock second holding now, for reset comparisons.
+func (s *Store) second(now int64) uint32 {
+	return clampSecond((now - s.epoch) / int64(time.Second))
+}
+
+// resetSecond is the first store-clock second at or after the reset instant.
+func (s *Store) resetSecond(at int64) uint32 {
+	if at <= s.epoch {
+		return 0
+	}
+	return clampSecond((at - s.epoch + int64(time.Second) - 1) / int64(time.Second))
+}
+
+func clampSecond(sec int64) uint32 {
+	return uint32(min(max(sec, 0), math.MaxUint32))
+}
+
+// random is xorshift64 on the shard's state; the shard's lock guards it.
+func (sh *shard) random() uint64 {
+	x := sh.rng
+	x ^= x << 13
+	x ^= x >> 7
+	x ^= x << 17
+	sh.rng = x
+	return x
+}
