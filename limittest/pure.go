@@ -55,7 +55,8 @@ func (s *suite) matchesPureAlgorithms(t *testing.T) {
 					if err != nil {
 						t.Fatalf("trace %d: cost %v: %v", trace, cost, err)
 					}
-					want, wantErr := pure.Step(p, algo.Call{Now: now, Cost: atoms, Ticket: uint64(i + 1)}, true)
+					res, wantErr := pure.Step(p, algo.Call{Now: now, Cost: atoms, Ticket: uint64(i + 1)}, true)
+					want := res.Decision(limit, uint64(i+1))
 					if got.Allowed && alg == sluice.Concurrency {
 						tickets, pureTickets = append(tickets, got.Ticket), append(pureTickets, want.Ticket)
 						if got.Ticket == 0 {

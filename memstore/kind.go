@@ -14,11 +14,9 @@ type kind[S any, P interface {
 	table func(*shard) *table[S]
 }
 
-// kindOps is what the store does with a kind without knowing its state type.
+// kindOps is what the store does with a kind's table, off the decision
+// path, without knowing its state type.
 type kindOps interface {
-	// step decides call for the identity in r, with the shard locked. With
-	// commit it writes the new state (inserting the key if it spent).
-	step(s *Store, sh *shard, r *resolved, call algo.Call, commit bool) (sluice.Decision, error)
 	len(sh *shard) int
 	// evict removes the sampled entry that is closest to fresh and reports
 	// whether it still held live state.
@@ -39,51 +37,63 @@ var kinds = [...]kindOps{
 
 func (k *kind[S, P]) len(sh *shard) int { return k.table(sh).n }
 
-func (k *kind[S, P]) step(s *Store, sh *shard, r *resolved, call algo.Call, commit bool) (sluice.Decision, error) {
-	t := k.table(sh)
-	p := r.c.params
-	at, free := t.find(r.h, r.c.name, r.key)
-	var fresh S
-	state := P(&fresh)
+// step decides call for the identity id under c on the shard's table t of S, with
+// the shard locked. With commit it writes the new state (inserting the key
+// if it spent). The store calls it through a switch on the algorithm, so
+// the call is direct.
+func step[S any, P interface {
+	*S
+	algo.State
+}](s *Store, sh *shard, t *table[S], c *compiled, id ident, call algo.Call, commit bool) (algo.Result, error) {
+	p := c.params
+	at, free := t.find(id)
+	// A key not held yet is decided on the table's scratch state (a local
+	// would escape: calls through P are dynamic).
+	var zero S
+	var state P
 	switch {
 	case at < 0:
+		t.scratch = zero
+		state = P(&t.scratch)
 		state.Init(p, call.Now)
-	case t.slots[at].ref.fp != r.c.fp:
+	case t.slots[at].fp != c.fp:
 		// Written under other parameters: the key starts fresh.
+		state = P(&t.scratch)
 		if commit {
 			state = P(&t.slots[at].state)
-			t.slots[at].ref.fp = r.c.fp
+			t.slots[at].fp = c.fp
 			sh.stats.ParamResets++
 		}
 		state.Init(p, call.Now)
 	default:
 		state = P(&t.slots[at].state)
 	}
-	if floor := state.Floor(); call.Now < floor {
-		call.Now = floor
-		if commit {
-			sh.stats.ClockBackwards++
-		}
-	}
+	call.Clamp = true
 	d, err := state.Step(p, call, commit)
 	if !commit {
 		return d, err
 	}
-	if at < 0 {
-		if !d.Allowed {
+	if d.Clamped() {
+		sh.stats.ClockBackwards++
+	}
+	var sl *slot[S]
+	if at >= 0 {
+		sl = &t.slots[at]
+	} else {
+		if !d.Allowed() {
 			return d, err // nothing spent: nothing to remember
 		}
 		if sh.n >= s.perShard {
-			s.makeRoom(sh, k, call.Now)
+			s.makeRoom(sh, c.kind, call.Now)
 			free = -1 // the eviction may have moved entries
 		}
-		ref := newRef(r.c.name, r.key)
-		ref.fp = r.c.fp
-		at = t.insert(r.h, free, ref, s.seed)
-		t.slots[at].state = fresh
+		sl = t.insert(id, free)
+		sl.fp = c.fp
+		sl.state, t.scratch = t.scratch, zero
 		sh.n++
 	}
-	t.slots[at].ref.reset = s.resetSecond(P(&t.slots[at].state).ResetAt(p))
+	// The key is full again ResetAfter from the decision's instant.
+	sl.reset = s.resetSecond(call.Now + int64(d.ResetAfter()))
 	return d, err
 }
 
@@ -95,7 +105,7 @@ func (k *kind[S, P]) evict(s *Store, sh *shard, nowSec uint32) bool {
 	victim, seen := -1, 0
 	for i, steps := int(sh.random()%uint64(size)), 0; seen < evictSamples && steps < size; steps++ {
 		if t.ctrl[i] != 0 {
-			if victim < 0 || t.slots[i].ref.reset < t.slots[victim].ref.reset {
+			if victim < 0 || t.slots[i].reset < t.slots[victim].reset {
 				victim = i
 			}
 			seen++
@@ -104,8 +114,8 @@ func (k *kind[S, P]) evict(s *Store, sh *shard, nowSec uint32) bool {
 			i = 0
 		}
 	}
-	live := t.slots[victim].ref.reset > nowSec
-	t.remove(victim, s.seed)
+	live := t.slots[victim].reset > nowSec
+	t.remove(victim)
 	sh.n--
 	return live
 }
@@ -114,15 +124,15 @@ func (k *kind[S, P]) sweep(s *Store, sh *shard, nowSec uint32) int {
 	t := k.table(sh)
 	removed := 0
 	for i := 0; i < len(t.ctrl); {
-		if t.ctrl[i] != 0 && t.slots[i].ref.reset <= nowSec {
-			t.remove(i, s.seed) // an entry may shift into i: look at i again
+		if t.ctrl[i] != 0 && t.slots[i].reset <= nowSec {
+			t.remove(i) // an entry may shift into i: look at i again
 			removed++
 			continue
 		}
 		i++
 	}
 	sh.n -= removed
-	t.shrink(s.seed)
+	t.shrink()
 	return removed
 }
 

@@ -1,9 +1,6 @@
 package algo
 
-import (
-	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/units"
-)
+import "github.com/sluicehq/sluice"
 
 // Concurrency is a semaphore of quota slots whose holders expire: an
 // allowed call holds its cost in slots until Release or until the limit's
@@ -38,37 +35,31 @@ func (s *Concurrency) ResetAt(*Params) int64 {
 }
 
 // Step decides c; an allowed decision's Ticket is c.Ticket. See State.
-func (s *Concurrency) Step(p *Params, c Call, commit bool) (sluice.Decision, error) {
+func (s *Concurrency) Step(p *Params, c Call, commit bool) (Result, error) {
 	expired, total := 0, s.Total
 	for expired < len(s.Holders) && s.Holders[expired].Until <= c.Now {
 		total -= s.Holders[expired].Cost
 		expired++
 	}
 	live := s.Holders[expired:]
-	d := p.decision()
 	var err error
-	allowed := false
+	allowed, wait := false, dur(0)
 	if c.Cost > p.quota {
-		err = p.never(&d, c.Cost)
+		wait, err = sluice.Never, p.never(c.Cost)
 	} else if total+c.Cost <= p.quota {
 		allowed = true
+		total += c.Cost
 	} else {
 		need := total + c.Cost - p.quota
 		for _, h := range live {
 			need -= h.Cost
 			if need <= 0 {
-				d.RetryAfter = dur(h.Until - c.Now)
+				wait = dur(h.Until - c.Now)
 				break
 			}
 		}
 	}
 	until := c.Now + p.window
-	if allowed {
-		d.Allowed = true
-		d.Ticket = c.Ticket
-		total += c.Cost
-	}
-	d.Remaining = units.ToCost(p.quota - total)
 	last := minInstant
 	if len(live) > 0 {
 		last = live[len(live)-1].Until
@@ -76,8 +67,9 @@ func (s *Concurrency) Step(p *Params, c Call, commit bool) (sluice.Decision, err
 	if allowed {
 		last = max(last, until)
 	}
+	reset := dur(0)
 	if last > c.Now {
-		d.ResetAfter = dur(last - c.Now)
+		reset = dur(last - c.Now)
 	}
 	if commit {
 		s.drop(expired)
@@ -85,7 +77,7 @@ func (s *Concurrency) Step(p *Params, c Call, commit bool) (sluice.Decision, err
 			s.insert(Holder{Ticket: c.Ticket, Until: until, Cost: c.Cost})
 		}
 	}
-	return d, err
+	return result(allowed, false, p.quota-total, wait, reset), err
 }
 
 // Release frees the slots of ticket and reports whether it held any.

@@ -35,7 +35,8 @@ func (l *pureLimiter) Allow(_ context.Context, key string, limit sluice.Limit, c
 		s.Init(p, now)
 		l.states[id] = s
 	}
-	return s.Step(p, algo.Call{Now: now, Cost: atoms, Ticket: 1}, true)
+	r, err := s.Step(p, algo.Call{Now: now, Cost: atoms, Ticket: 1}, true)
+	return r.Decision(limit, 1), err
 }
 
 func TestTimelines(t *testing.T) {

@@ -35,31 +35,32 @@ func (s *FixedWindow) ResetAt(p *Params) int64 {
 }
 
 // Step decides c; see State.
-func (s *FixedWindow) Step(p *Params, c Call, commit bool) (sluice.Decision, error) {
+func (s *FixedWindow) Step(p *Params, c Call, commit bool) (Result, error) {
+	clamped, err := c.clampTo(s.Start)
+	if err != nil {
+		return Result{}, err
+	}
 	next := *s
-	if start := windowStart(c.Now, p.window); start < s.Start {
-		return sluice.Decision{}, ErrClockBackwards
-	} else if start > s.Start {
+	if start := windowStart(c.Now, p.window); start > s.Start {
 		next = FixedWindow{Start: start}
 	}
-	d := p.decision()
-	var err error
+	allowed, wait := false, dur(0)
 	if c.Cost > p.quota {
-		err = p.never(&d, c.Cost)
+		wait, err = sluice.Never, p.never(c.Cost)
 	} else if next.Count+c.Cost <= p.quota {
-		d.Allowed = true
+		allowed = true
 		next.Count += c.Cost
 	} else {
-		d.RetryAfter = dur(next.Start + p.window - c.Now)
+		wait = dur(next.Start + p.window - c.Now)
 	}
-	d.Remaining = units.ToCost(p.quota - next.Count)
+	reset := dur(0)
 	if next.Count > 0 {
-		d.ResetAfter = dur(next.Start + p.window - c.Now)
+		reset = dur(next.Start + p.window - c.Now)
 	}
 	if commit {
 		*s = next
 	}
-	return d, err
+	return result(allowed, clamped, p.quota-next.Count, wait, reset), err
 }
 
 // windowStart is the start of the epoch-aligned window of length w holding t.

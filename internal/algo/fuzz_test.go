@@ -49,8 +49,8 @@ func FuzzCompile(f *testing.F) {
 		s.Init(p, now)
 		for i := range 3 {
 			d, err := s.Step(p, Call{Now: now, Cost: atoms, Ticket: uint64(i + 1)}, true)
-			if err == nil && !d.Allowed && d.RetryAfter <= 0 && now > math.MinInt64/2 && now < math.MaxInt64/2 {
-				t.Fatalf("rejected with RetryAfter %v", d.RetryAfter)
+			if err == nil && !d.Allowed() && d.RetryAfter() <= 0 && now > math.MinInt64/2 && now < math.MaxInt64/2 {
+				t.Fatalf("rejected with RetryAfter %v", d.RetryAfter())
 			}
 		}
 	})

@@ -36,7 +36,7 @@ func (s *GCRA) ResetAt(*Params) int64 {
 }
 
 // Step decides c; see State.
-func (s *GCRA) Step(p *Params, c Call, commit bool) (sluice.Decision, error) {
+func (s *GCRA) Step(p *Params, c Call, commit bool) (Result, error) {
 	r := p.rate.PerNano
 	// backlog = (TAT − now) × r + Frac, or "more than the capacity" when the
 	// product would be large (only when the clock stepped far back).
@@ -49,31 +49,31 @@ func (s *GCRA) Step(p *Params, c Call, commit bool) (sluice.Decision, error) {
 			backlog = dt*r + s.Frac
 		}
 	}
-	d := p.decision()
 	var err error
+	allowed, wait := false, dur(0)
 	next := *s
 	if c.Cost > p.cap {
-		err = p.never(&d, c.Cost)
+		wait, err = sluice.Never, p.never(c.Cost)
 	} else if cost := c.Cost * p.rate.PerAtom; !over && backlog+cost <= p.capU {
-		d.Allowed = true
+		allowed = true
 		backlog += cost
 		next = GCRA{TAT: c.Now + backlog/r, Frac: backlog % r}
 	} else {
 		// First t with (TAT − t) × r + Frac + cost ≤ capU.
-		d.RetryAfter = dur(s.TAT + ceilDivSigned(s.Frac+cost-p.capU, r) - c.Now)
+		wait = dur(s.TAT + ceilDivSigned(s.Frac+cost-p.capU, r) - c.Now)
 	}
-	if over {
-		d.Remaining = 0
-	} else {
-		d.Remaining = units.ToCost(p.rate.Atoms(p.capU - min(backlog, p.capU)))
+	remaining := int64(0)
+	if !over {
+		remaining = p.rate.Atoms(p.capU - min(backlog, p.capU))
 	}
-	if reset := next.ResetAt(p); reset > c.Now {
-		d.ResetAfter = dur(reset - c.Now)
+	reset := dur(0)
+	if at := next.ResetAt(p); at > c.Now {
+		reset = dur(at - c.Now)
 	}
 	if commit {
 		*s = next
 	}
-	return d, err
+	return result(allowed, false, remaining, wait, reset), err
 }
 
 // ceilDivSigned returns ceil(a/b) for any a and b > 0.

@@ -1,9 +1,6 @@
 package algo
 
-import (
-	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/units"
-)
+import "github.com/sluicehq/sluice"
 
 // LeakyBucket is a queue of capacity B (the burst) drained at the limit's
 // rate, in the manner of nginx's limit_req. Level is the work queued at
@@ -32,31 +29,29 @@ func (s *LeakyBucket) Floor() int64 { return s.Last }
 func (s *LeakyBucket) ResetAt(p *Params) int64 { return s.Last + p.rate.Nanos(s.Level) }
 
 // Step decides c; see State.
-func (s *LeakyBucket) Step(p *Params, c Call, commit bool) (sluice.Decision, error) {
-	if c.Now < s.Last {
-		return sluice.Decision{}, ErrClockBackwards
+func (s *LeakyBucket) Step(p *Params, c Call, commit bool) (Result, error) {
+	clamped, err := c.clampTo(s.Last)
+	if err != nil {
+		return Result{}, err
 	}
 	// What has drained since Last: the same arithmetic as a refill of the
 	// free space.
 	ahead := p.capU - p.rate.Refill(p.capU-s.Level, p.capU, c.Now-s.Last)
 	level := ahead
-	d := p.decision()
-	var err error
+	allowed, wait := false, dur(0)
 	if c.Cost > p.cap {
-		err = p.never(&d, c.Cost)
+		wait, err = sluice.Never, p.never(c.Cost)
 	} else if cost := c.Cost * p.rate.PerAtom; ahead+cost <= p.capU {
-		d.Allowed = true
+		allowed = true
 		level += cost
 		if ahead > p.delayU {
-			d.Delay = dur(p.rate.Nanos(ahead - p.delayU))
+			wait = dur(p.rate.Nanos(ahead - p.delayU)) // the delay
 		}
 	} else {
-		d.RetryAfter = dur(p.rate.Nanos(ahead + cost - p.capU))
+		wait = dur(p.rate.Nanos(ahead + cost - p.capU))
 	}
-	d.Remaining = units.ToCost(p.rate.Atoms(p.capU - level))
-	d.ResetAfter = dur(p.rate.Nanos(level))
 	if commit {
 		s.Level, s.Last = level, c.Now
 	}
-	return d, err
+	return result(allowed, clamped, p.rate.Atoms(p.capU-level), wait, dur(p.rate.Nanos(level))), err
 }

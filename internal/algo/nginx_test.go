@@ -64,11 +64,11 @@ func TestPropLeakyBucketMatchesNginx(t *testing.T) {
 			}
 			d, _ := ours.Step(p, Call{Now: epoch + nowMs*int64(time.Millisecond), Cost: 1e6}, true)
 			ok, delayMs := theirs.request(nowMs, r*1000, b*1000, dl*1000)
-			if d.Allowed != ok {
-				rt.Fatalf("request %d at %d ms: allowed %v, nginx %v", i, nowMs, d.Allowed, ok)
+			if d.Allowed() != ok {
+				rt.Fatalf("request %d at %d ms: allowed %v, nginx %v", i, nowMs, d.Allowed(), ok)
 			}
-			if lo, hi := time.Duration(delayMs)*time.Millisecond, time.Duration(delayMs+1)*time.Millisecond; d.Delay < lo || d.Delay >= hi {
-				rt.Fatalf("request %d at %d ms: delay %v, nginx %d ms", i, nowMs, d.Delay, delayMs)
+			if lo, hi := time.Duration(delayMs)*time.Millisecond, time.Duration(delayMs+1)*time.Millisecond; d.Delay() < lo || d.Delay() >= hi {
+				rt.Fatalf("request %d at %d ms: delay %v, nginx %d ms", i, nowMs, d.Delay(), delayMs)
 			}
 		}
 	})

@@ -78,6 +78,9 @@ func (p *Params) CapacityAtoms() int64 { return p.cap }
 // finite number of the limit's resolution. A cost above the capacity is not
 // an error here: Step answers it with a Never decision.
 func (p *Params) Cost(cost float64) (int64, error) {
+	if cost == 1 { // the common case
+		return units.PerCost, nil
+	}
 	atoms, ok := units.FromCost(cost)
 	if !ok {
 		if cost > 0 && !math.IsInf(cost, 1) {
@@ -102,6 +105,23 @@ type Call struct {
 	Now    int64
 	Cost   int64
 	Ticket uint64
+	// Clamp makes Step decide a Now earlier than the state's Floor at the
+	// Floor (no refill) instead of failing with ErrClockBackwards: what a
+	// store reading a real clock does. Result.Clamped reports it.
+	Clamp bool
+}
+
+// clampTo applies the Floor rule: a Now before floor is ErrClockBackwards,
+// or, with Clamp, moved up to floor.
+func (c *Call) clampTo(floor int64) (clamped bool, err error) {
+	if c.Now >= floor {
+		return false, nil
+	}
+	if !c.Clamp {
+		return false, ErrClockBackwards
+	}
+	c.Now = floor
+	return true, nil
 }
 
 // State is what every algorithm's state implements (through a pointer).
@@ -113,7 +133,7 @@ type State interface {
 	// which is how a multi-limit decision checks all limits before spending
 	// on any. When the cost exceeds the capacity the decision is Never and
 	// the error wraps sluice.ErrCostExceedsLimit.
-	Step(p *Params, c Call, commit bool) (sluice.Decision, error)
+	Step(p *Params, c Call, commit bool) (Result, error)
 	// ResetAt is the instant from which the state is equivalent to a fresh
 	// one: a store may forget the key then.
 	ResetAt(p *Params) int64
@@ -144,15 +164,87 @@ func NewState(a sluice.Algorithm) State {
 	return nil
 }
 
-// never fills d as the answer to a cost above the capacity.
-func (p *Params) never(d *sluice.Decision, cost int64) error {
-	d.Allowed = false
-	d.RetryAfter = sluice.Never
-	return fmt.Errorf("%w: cost %v, capacity %v of limit %q", sluice.ErrCostExceedsLimit, units.ToCost(cost), units.ToCost(p.cap), p.Limit.Name)
+// Result is an algorithm's answer, in integers; Decision makes it a
+// sluice.Decision. It has four fields so that the compiler keeps it in
+// registers (a larger struct goes through memory, and its copies stall
+// store forwarding on the decision path).
+type Result struct {
+	flags     uint8         // allowed, clamped
+	remaining int64         // atoms
+	wait      time.Duration // RetryAfter when rejected (Never if the cost cannot fit); Delay when allowed
+	reset     time.Duration // ResetAfter
 }
 
-// decision starts a decision about p's limit.
-func (p *Params) decision() sluice.Decision { return sluice.Decision{Limit: p.Limit} }
+const (
+	allowedFlag uint8 = 1 << iota
+	clampedFlag
+)
+
+func result(allowed, clamped bool, remaining int64, wait, reset time.Duration) Result {
+	var f uint8
+	if allowed {
+		f |= allowedFlag
+	}
+	if clamped {
+		f |= clampedFlag
+	}
+	return Result{flags: f, remaining: remaining, wait: wait, reset: reset}
+}
+
+// Allowed reports whether the cost was admitted.
+func (r Result) Allowed() bool { return r.flags&allowedFlag != 0 }
+
+// Clamped reports that the call's Now was behind the state and was clamped
+// (see Call.Clamp).
+func (r Result) Clamped() bool { return r.flags&clampedFlag != 0 }
+
+// Remaining is the cost, in atoms, that could still be spent right after.
+func (r Result) Remaining() int64 { return r.remaining }
+
+// RetryAfter is zero when allowed, else when the cost first fits (Never if
+// it cannot).
+func (r Result) RetryAfter() time.Duration {
+	if r.Allowed() {
+		return 0
+	}
+	return r.wait
+}
+
+// Delay is how long an allowed LeakyBucket call must wait before it runs.
+func (r Result) Delay() time.Duration {
+	if r.Allowed() {
+		return r.wait
+	}
+	return 0
+}
+
+// ResetAfter is how long until the key is back to full.
+func (r Result) ResetAfter() time.Duration { return r.reset }
+
+// Never reports a cost above the capacity.
+func (r Result) Never() bool { return !r.Allowed() && r.wait == sluice.Never }
+
+// Decision is r as the decision about limit l; ticket is the call's, kept
+// when a Concurrency call is allowed.
+func (r Result) Decision(l sluice.Limit, ticket uint64) sluice.Decision {
+	d := sluice.Decision{
+		Allowed:    r.Allowed(),
+		Limit:      l,
+		Remaining:  units.ToCost(r.remaining),
+		RetryAfter: r.RetryAfter(),
+		ResetAfter: r.reset,
+		Delay:      r.Delay(),
+	}
+	if d.Allowed && l.Algorithm == sluice.Concurrency {
+		d.Ticket = ticket
+	}
+	return d
+}
+
+// never is the error of a cost above the capacity; its Result waits Never.
+func (p *Params) never(cost int64) error {
+	return fmt.Errorf("%w: cost %v, capacity %v of limit %q", sluice.ErrCostExceedsLimit, units.ToCost(cost), units.ToCost(p.cap), p.Limit.Name)
+}
 
 func dur(ns int64) time.Duration { return time.Duration(ns) }
 

@@ -95,7 +95,7 @@ func genCase(alg sluice.Algorithm) *rapid.Generator[traceCase] {
 type event struct {
 	Now  int64
 	Cost int64
-	D    sluice.Decision
+	D    Result
 	Err  error
 }
 
@@ -129,20 +129,18 @@ func checkDecision(p *Params, e event) error {
 		return fmt.Errorf("unexpected error %v", e.Err)
 	case (e.Err != nil) != (e.Cost > p.cap):
 		return fmt.Errorf("cost %d over capacity %d: err = %v", e.Cost, p.cap, e.Err)
-	case e.Err != nil && d.RetryAfter != sluice.Never:
-		return fmt.Errorf("never-fitting cost: RetryAfter %v, want Never", d.RetryAfter)
-	case d.Allowed && (d.RetryAfter != 0 || e.Err != nil):
-		return fmt.Errorf("allowed with RetryAfter %v, err %v", d.RetryAfter, e.Err)
-	case !d.Allowed && d.RetryAfter <= 0:
-		return fmt.Errorf("rejected with RetryAfter %v", d.RetryAfter)
-	case d.Remaining < 0 || d.Remaining > p.Limit.Capacity():
-		return fmt.Errorf("remaining %v outside [0, %v]", d.Remaining, p.Limit.Capacity())
-	case d.ResetAfter < 0 || d.Delay < 0:
-		return fmt.Errorf("negative duration: reset %v, delay %v", d.ResetAfter, d.Delay)
-	case !d.Allowed && d.Delay != 0:
-		return fmt.Errorf("rejected with a delay %v", d.Delay)
-	case d.Allowed && p.Limit.Algorithm == sluice.Concurrency && d.Ticket == 0:
-		return fmt.Errorf("allowed concurrency decision without a ticket")
+	case e.Err != nil && d.RetryAfter() != sluice.Never:
+		return fmt.Errorf("never-fitting cost: RetryAfter %v, want Never", d.RetryAfter())
+	case d.Allowed() && (d.RetryAfter() != 0 || e.Err != nil):
+		return fmt.Errorf("allowed with RetryAfter %v, err %v", d.RetryAfter(), e.Err)
+	case !d.Allowed() && d.RetryAfter() <= 0:
+		return fmt.Errorf("rejected with RetryAfter %v", d.RetryAfter())
+	case d.Remaining() < 0 || d.Remaining() > p.cap:
+		return fmt.Errorf("remaining %v outside [0, %v]", d.Remaining(), p.cap)
+	case d.ResetAfter() < 0 || d.Delay() < 0:
+		return fmt.Errorf("negative duration: reset %v, delay %v", d.ResetAfter(), d.Delay())
+	case !d.Allowed() && d.Delay() != 0:
+		return fmt.Errorf("rejected with a delay %v", d.Delay())
 	}
 	return nil
 }
@@ -179,23 +177,23 @@ func TestPropDecisionsExact(t *testing.T) {
 				if err := checkDecision(p, event{now, call.Cost, d, err}); err != nil {
 					rt.Fatalf("call %d at +%v cost %d: %v (%+v)", i, time.Duration(now-epoch), call.Cost, err, d)
 				}
-				if !d.Allowed && !d.Never() {
-					at := now + int64(d.RetryAfter)
-					if got, _ := s.Step(p, Call{Now: at, Cost: call.Cost, Ticket: 1 << 62}, false); !got.Allowed {
-						rt.Fatalf("call %d: not allowed at now+RetryAfter (%v): %+v", i, d.RetryAfter, got)
+				if !d.Allowed() && !d.Never() {
+					at := now + int64(d.RetryAfter())
+					if got, _ := s.Step(p, Call{Now: at, Cost: call.Cost, Ticket: 1 << 62}, false); !got.Allowed() {
+						rt.Fatalf("call %d: not allowed at now+RetryAfter (%v): %+v", i, d.RetryAfter(), got)
 					}
-					if got, _ := s.Step(p, Call{Now: at - 1, Cost: call.Cost, Ticket: 1 << 62}, false); got.Allowed {
-						rt.Fatalf("call %d: allowed 1ns before now+RetryAfter (%v)", i, d.RetryAfter)
+					if got, _ := s.Step(p, Call{Now: at - 1, Cost: call.Cost, Ticket: 1 << 62}, false); got.Allowed() {
+						rt.Fatalf("call %d: allowed 1ns before now+RetryAfter (%v)", i, d.RetryAfter())
 					}
 				}
-				full := p.Limit.Capacity()
-				at := now + int64(d.ResetAfter)
-				if got, _ := s.Step(p, Call{Now: at, Cost: probe}, false); got.Remaining != full {
-					rt.Fatalf("call %d: remaining %v at now+ResetAfter (%v), want %v", i, got.Remaining, d.ResetAfter, full)
+				full := p.cap
+				at := now + int64(d.ResetAfter())
+				if got, _ := s.Step(p, Call{Now: at, Cost: probe}, false); got.Remaining() != full {
+					rt.Fatalf("call %d: remaining %v at now+ResetAfter (%v), want %v", i, got.Remaining(), d.ResetAfter(), full)
 				}
-				if d.ResetAfter > 0 {
-					if got, _ := s.Step(p, Call{Now: at - 1, Cost: probe}, false); got.Remaining == full {
-						rt.Fatalf("call %d: full 1ns before now+ResetAfter (%v)", i, d.ResetAfter)
+				if d.ResetAfter() > 0 {
+					if got, _ := s.Step(p, Call{Now: at - 1, Cost: probe}, false); got.Remaining() == full {
+						rt.Fatalf("call %d: full 1ns before now+ResetAfter (%v)", i, d.ResetAfter())
 					}
 				}
 			}
@@ -213,7 +211,6 @@ func TestPropTokenBucketEqualsGCRA(t *testing.T) {
 		gc := run(rt, c, new(GCRA))
 		for i := range tb {
 			a, b := tb[i].D, gc[i].D
-			a.Limit, b.Limit = sluice.Limit{}, sluice.Limit{}
 			if a != b || (tb[i].Err == nil) != (gc[i].Err == nil) {
 				rt.Fatalf("call %d: token bucket %+v (%v), GCRA %+v (%v)", i, a, tb[i].Err, b, gc[i].Err)
 			}
@@ -226,7 +223,7 @@ func TestPropTokenBucketEqualsGCRA(t *testing.T) {
 func burstBound(p *Params, events []event) error {
 	var admitted []event
 	for _, e := range events {
-		if e.D.Allowed {
+		if e.D.Allowed() {
 			admitted = append(admitted, e)
 		}
 	}
@@ -264,15 +261,15 @@ func TestPropBurstPlusRateBound(t *testing.T) {
 // forgets to cap its tokens at B.
 type uncappedBucket struct{ TokenBucket }
 
-func (s *uncappedBucket) Step(p *Params, c Call, _ bool) (sluice.Decision, error) {
+func (s *uncappedBucket) Step(p *Params, c Call, _ bool) (Result, error) {
 	s.Tokens += min(c.Now-s.Last, p.capU/p.rate.PerNano) * p.rate.PerNano // no min(B, …)
 	s.Last = c.Now
-	d := p.decision()
+	allowed := false
 	if cost := c.Cost * p.rate.PerAtom; cost <= s.Tokens {
-		d.Allowed = true
+		allowed = true
 		s.Tokens -= cost
 	}
-	return d, nil
+	return result(allowed, false, 0, 0, 0), nil
 }
 
 // The bound is not vacuous: the naive bucket breaks it on some trace.
@@ -293,12 +290,12 @@ func TestPropBurstPlusRateBoundCatchesUncappedBucket(t *testing.T) {
 // call, (t − span, t], holds at most max admitted atoms.
 func windowBound(events []event, span int64, max int64) error {
 	for j, e := range events {
-		if !e.D.Allowed {
+		if !e.D.Allowed() {
 			continue
 		}
 		sum := int64(0)
 		for i := j; i >= 0 && events[i].Now > e.Now-span; i-- {
-			if events[i].D.Allowed {
+			if events[i].D.Allowed() {
 				sum += events[i].Cost
 			}
 		}
@@ -314,7 +311,7 @@ func windowBound(events []event, span int64, max int64) error {
 func fixedWindowBound(events []event, w, max int64) error {
 	sums := map[int64]int64{}
 	for _, e := range events {
-		if e.D.Allowed {
+		if e.D.Allowed() {
 			k := windowStart(e.Now, w)
 			if sums[k] += e.Cost; sums[k] > max {
 				return fmt.Errorf("%v admitted in the window at +%v, more than %v", units.ToCost(sums[k]), time.Duration(k-epoch), units.ToCost(max))
@@ -402,8 +399,8 @@ func TestPropConcurrencyNeverExceeds(t *testing.T) {
 				continue
 			}
 			d, _ := s.Step(p, Call{Now: now, Cost: call.Cost, Ticket: uint64(i + 1)}, true)
-			if d.Allowed {
-				held[d.Ticket] = grant{now + p.window, call.Cost}
+			if d.Allowed() {
+				held[uint64(i+1)] = grant{now + p.window, call.Cost}
 			}
 			sum := int64(0)
 			for _, g := range held {
@@ -429,10 +426,10 @@ func TestPropLeakyBucketPacesStarts(t *testing.T) {
 		p, _ := Compile(c.Limit)
 		var prevStart, prevCost int64 = math.MinInt64, 0
 		for i, e := range run(rt, c, new(LeakyBucket)) {
-			if !e.D.Allowed {
+			if !e.D.Allowed() {
 				continue
 			}
-			start := e.Now + int64(e.D.Delay)
+			start := e.Now + int64(e.D.Delay())
 			if prevStart != math.MinInt64 && start < prevStart+(prevCost*p.rate.PerAtom)/p.rate.PerNano {
 				rt.Fatalf("call %d starts at +%v, %v after the previous start, before its cost drained",
 					i, time.Duration(start-epoch), time.Duration(start-prevStart))

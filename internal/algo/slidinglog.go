@@ -1,9 +1,6 @@
 package algo
 
-import (
-	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/units"
-)
+import "github.com/sluicehq/sluice"
 
 // SlidingLog keeps the instant and cost of every admitted call still inside
 // the sliding window, and admits a cost when the costs admitted in
@@ -43,9 +40,10 @@ func (s *SlidingLog) ResetAt(p *Params) int64 {
 }
 
 // Step decides c; see State.
-func (s *SlidingLog) Step(p *Params, c Call, commit bool) (sluice.Decision, error) {
-	if c.Now < s.Floor() {
-		return sluice.Decision{}, ErrClockBackwards
+func (s *SlidingLog) Step(p *Params, c Call, commit bool) (Result, error) {
+	clamped, err := c.clampTo(s.Floor())
+	if err != nil {
+		return Result{}, err
 	}
 	// Entries at or before now − W have left the window.
 	expired, total := 0, s.Total
@@ -54,35 +52,28 @@ func (s *SlidingLog) Step(p *Params, c Call, commit bool) (sluice.Decision, erro
 		expired++
 	}
 	live := s.Entries[expired:]
-	d := p.decision()
-	var err error
-	allowed := false
+	allowed, wait := false, dur(0)
 	if c.Cost > p.quota {
-		err = p.never(&d, c.Cost)
+		wait, err = sluice.Never, p.never(c.Cost)
 	} else if total+c.Cost <= p.quota {
 		allowed = true
+		total += c.Cost
 	} else {
 		// The first instant at which enough of the oldest entries have left.
 		need := total + c.Cost - p.quota
 		for _, e := range live {
 			need -= e.Cost
 			if need <= 0 {
-				d.RetryAfter = dur(e.At + p.window - c.Now)
+				wait = dur(e.At + p.window - c.Now)
 				break
 			}
 		}
 	}
+	reset := dur(0)
 	if allowed {
-		d.Allowed = true
-		total += c.Cost
-	}
-	d.Remaining = units.ToCost(p.quota - total)
-	if allowed || len(live) > 0 {
-		newest := c.Now
-		if !allowed {
-			newest = live[len(live)-1].At
-		}
-		d.ResetAfter = dur(newest + p.window - c.Now)
+		reset = dur(p.window)
+	} else if len(live) > 0 {
+		reset = dur(live[len(live)-1].At + p.window - c.Now)
 	}
 	if commit {
 		s.drop(expired)
@@ -90,7 +81,7 @@ func (s *SlidingLog) Step(p *Params, c Call, commit bool) (sluice.Decision, erro
 			s.add(c.Now, c.Cost)
 		}
 	}
-	return d, err
+	return result(allowed, clamped, p.quota-total, wait, reset), err
 }
 
 // drop forgets the n oldest entries, moving the rest to the front of the

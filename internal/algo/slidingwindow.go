@@ -58,39 +58,38 @@ func (s SlidingWindow) at(now, w int64) SlidingWindow {
 }
 
 // Step decides c; see State.
-func (s *SlidingWindow) Step(p *Params, c Call, commit bool) (sluice.Decision, error) {
-	if windowStart(c.Now, p.window) < s.Start {
-		return sluice.Decision{}, ErrClockBackwards
+func (s *SlidingWindow) Step(p *Params, c Call, commit bool) (Result, error) {
+	clamped, err := c.clampTo(s.Start)
+	if err != nil {
+		return Result{}, err
 	}
 	w, q := p.window, p.quota
 	next := s.at(c.Now, w)
 	e := c.Now - next.Start
-	d := p.decision()
-	var err error
+	allowed, wait := false, dur(0)
 	// estimate×W = Prev×(W−e) + Cur×W, compared with quota×W.
 	weighted := units.Mul(next.Prev, w-e)
 	if c.Cost > q {
-		err = p.never(&d, c.Cost)
+		wait, err = sluice.Never, p.never(c.Cost)
 	} else if !units.Mul(q, w).Less(weighted.Add(units.Mul(next.Cur+c.Cost, w))) {
-		d.Allowed = true
+		allowed = true
 		next.Cur += c.Cost
 	} else {
-		d.RetryAfter = dur(next.retryAt(q, w, c.Cost) - c.Now)
+		wait = dur(next.retryAt(q, w, c.Cost) - c.Now)
 	}
 	// Remaining = floor((quota×W − Prev×(W−e) − Cur×W) / W), at least 0.
-	if room := q - next.Cur; room > 0 {
-		roomW := units.Mul(room, w)
-		if weighted.Less(roomW) {
-			d.Remaining = units.ToCost(room - ceilDiv128(weighted, w))
-		}
+	remaining := int64(0)
+	if room := q - next.Cur; room > 0 && weighted.Less(units.Mul(room, w)) {
+		remaining = room - ceilDiv128(weighted, w)
 	}
-	if reset := next.ResetAt(p); reset > c.Now {
-		d.ResetAfter = dur(reset - c.Now)
+	reset := dur(0)
+	if at := next.ResetAt(p); at > c.Now {
+		reset = dur(at - c.Now)
 	}
 	if commit {
 		*s = next
 	}
-	return d, err
+	return result(allowed, clamped, remaining, wait, reset), err
 }
 
 // retryAt is the first instant at which cost (≤ q) fits, given that it does

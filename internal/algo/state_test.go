@@ -48,8 +48,8 @@ func TestClockBackwards(t *testing.T) {
 				}
 				return
 			}
-			if !errors.Is(err, ErrClockBackwards) || d.Allowed {
-				t.Fatalf("(allowed, err) = (%v, %v), want (false, ErrClockBackwards)", d.Allowed, err)
+			if !errors.Is(err, ErrClockBackwards) || d.Allowed() {
+				t.Fatalf("(allowed, err) = (%v, %v), want (false, ErrClockBackwards)", d.Allowed(), err)
 			}
 			if s.Floor() != epoch+int64(2*s1) && s.Floor() != windowStart(epoch+int64(2*s1), int64(s1)) {
 				t.Errorf("Floor = %d, want the last instant or its window", s.Floor())
@@ -64,30 +64,30 @@ func TestConcurrencyExpiryAndRelease(t *testing.T) {
 	p, _ := Compile(l)
 	s := new(Concurrency)
 	s.Init(p, epoch)
-	step := func(at time.Duration, ticket uint64) sluice.Decision {
+	step := func(at time.Duration, ticket uint64) Result {
 		d, err := s.Step(p, Call{Now: epoch + int64(at), Cost: 1e6, Ticket: ticket}, true)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return d
 	}
-	if d := step(0, 1); !d.Allowed || d.Ticket != 1 || d.Remaining != 1 || d.ResetAfter != 10*s1 {
+	if d := step(0, 1); !d.Allowed()|| d.Remaining() != 1e6 || d.ResetAfter() != 10*s1 {
 		t.Fatalf("first: %+v", d)
 	}
-	if d := step(2*s1, 2); !d.Allowed || d.Ticket != 2 || d.Remaining != 0 || d.ResetAfter != 10*s1 {
+	if d := step(2*s1, 2); !d.Allowed()|| d.Remaining() != 0 || d.ResetAfter() != 10*s1 {
 		t.Fatalf("second: %+v", d)
 	}
-	if d := step(3*s1, 3); d.Allowed || d.Ticket != 0 || d.RetryAfter != 7*s1 || d.ResetAfter != 9*s1 {
+	if d := step(3*s1, 3); d.Allowed()|| d.RetryAfter() != 7*s1 || d.ResetAfter() != 9*s1 {
 		t.Fatalf("third, full: %+v", d)
 	}
 	if !s.Release(2) || s.Release(2) {
 		t.Fatal("Release(2) twice: want true then false")
 	}
-	if d := step(3*s1, 4); !d.Allowed || d.Remaining != 0 {
+	if d := step(3*s1, 4); !d.Allowed() || d.Remaining() != 0 {
 		t.Fatalf("after release: %+v", d)
 	}
 	// Ticket 1 expires at 10 s: a crashed holder's slot comes back.
-	if d := step(10*s1, 5); !d.Allowed || d.Remaining != 0 || d.ResetAfter != 10*s1 {
+	if d := step(10*s1, 5); !d.Allowed() || d.Remaining() != 0 || d.ResetAfter() != 10*s1 {
 		t.Fatalf("after expiry: %+v", d)
 	}
 	if s.Release(1) {

@@ -1,9 +1,6 @@
 package algo
 
-import (
-	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/units"
-)
+import "github.com/sluicehq/sluice"
 
 // TokenBucket is the seed's token bucket: Tokens, in scaled units, refilled
 // at the limit's rate since Last and capped at the burst; a cost is admitted
@@ -31,25 +28,23 @@ func (s *TokenBucket) Floor() int64 { return s.Last }
 func (s *TokenBucket) ResetAt(p *Params) int64 { return s.Last + p.rate.Nanos(p.capU-s.Tokens) }
 
 // Step decides c; see State.
-func (s *TokenBucket) Step(p *Params, c Call, commit bool) (sluice.Decision, error) {
-	if c.Now < s.Last {
-		return sluice.Decision{}, ErrClockBackwards
+func (s *TokenBucket) Step(p *Params, c Call, commit bool) (Result, error) {
+	clamped, err := c.clampTo(s.Last)
+	if err != nil {
+		return Result{}, err
 	}
 	tokens := p.rate.Refill(s.Tokens, p.capU, c.Now-s.Last)
-	d := p.decision()
-	var err error
+	allowed, wait := false, dur(0)
 	if c.Cost > p.cap {
-		err = p.never(&d, c.Cost)
+		wait, err = sluice.Never, p.never(c.Cost)
 	} else if cost := c.Cost * p.rate.PerAtom; cost <= tokens { // ≤ capU: no overflow
-		d.Allowed = true
+		allowed = true
 		tokens -= cost
 	} else {
-		d.RetryAfter = dur(p.rate.Nanos(cost - tokens))
+		wait = dur(p.rate.Nanos(cost - tokens))
 	}
-	d.Remaining = units.ToCost(p.rate.Atoms(tokens))
-	d.ResetAfter = dur(p.rate.Nanos(p.capU - tokens))
 	if commit {
 		s.Tokens, s.Last = tokens, c.Now
 	}
-	return d, err
+	return result(allowed, clamped, p.rate.Atoms(tokens), wait, dur(p.rate.Nanos(p.capU-tokens))), err
 }

@@ -7,6 +7,7 @@
 package monoclock
 
 import (
+	"sync/atomic"
 	"time"
 	_ "unsafe" // go:linkname
 )
@@ -33,3 +34,26 @@ func New() Clock {
 // Now returns the current instant in Unix nanoseconds: the anchor's wall
 // time plus the monotonic time elapsed since.
 func (c Clock) Now() int64 { return c.wall + (nanotime() - c.mono) }
+
+// Coarse is a Clock read ahead of time: Tick stores a reading, Now returns
+// the latest one, an atomic load. Whoever owns a Coarse calls Tick once per
+// resolution (a background goroutine); Now then lags the Clock by at most
+// a resolution plus scheduling delay, and never goes backwards. Safe for
+// concurrent use.
+type Coarse struct {
+	clock Clock
+	now   atomic.Int64
+}
+
+// NewCoarse returns a Coarse clock over c, already ticked once.
+func NewCoarse(c Clock) *Coarse {
+	cc := &Coarse{clock: c}
+	cc.Tick()
+	return cc
+}
+
+// Tick reads the underlying clock.
+func (c *Coarse) Tick() { c.now.Store(c.clock.Now()) }
+
+// Now returns the latest reading.
+func (c *Coarse) Now() int64 { return c.now.Load() }

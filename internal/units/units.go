@@ -31,7 +31,7 @@ const MaxScaled = 1 << 62
 // reports false when x is NaN, infinite, not positive, rounds to zero atoms,
 // or exceeds MaxAtoms.
 func FromCost(x float64) (int64, bool) {
-	if !(x > 0) || x > MaxAtoms/PerCost {
+	if !(x > 0) || x > float64(MaxAtoms)/PerCost {
 		return 0, false // also NaN and +Inf
 	}
 	a := int64(math.Round(x * PerCost))
@@ -50,12 +50,18 @@ func ToCost(atoms int64) float64 { return float64(atoms) / PerCost }
 type Rate struct {
 	PerNano int64 // scaled units refilled per nanosecond: Q / gcd(Q, W)
 	PerAtom int64 // scaled units per atom: W / gcd(Q, W)
+	fills   int64 // nanoseconds that refill any level up to MaxScaled
+	perNano Divisor
+	perAtom Divisor
 }
 
 // NewRate returns the rate of quotaAtoms per windowNanos; both must be > 0.
 func NewRate(quotaAtoms, windowNanos int64) Rate {
 	g := gcd(quotaAtoms, windowNanos)
-	return Rate{PerNano: quotaAtoms / g, PerAtom: windowNanos / g}
+	r := Rate{PerNano: quotaAtoms / g, PerAtom: windowNanos / g}
+	r.fills = MaxScaled / r.PerNano
+	r.perNano, r.perAtom = NewDivisor(r.PerNano), NewDivisor(r.PerAtom)
+	return r
 }
 
 // Scale converts atoms to scaled units. It reports false when the result
@@ -68,20 +74,21 @@ func (r Rate) Scale(atoms int64) (int64, bool) {
 	return int64(lo), true
 }
 
-// Atoms converts scaled units to whole atoms, rounding down.
-func (r Rate) Atoms(units int64) int64 { return units / r.PerAtom }
+// Atoms converts scaled units (0 ≤ units ≤ MaxScaled) to whole atoms,
+// rounding down.
+func (r *Rate) Atoms(units int64) int64 { return r.perAtom.Div(units) }
 
 // Nanos returns the time, rounded up to a whole nanosecond, that the rate
-// needs to refill units (units >= 0).
-func (r Rate) Nanos(units int64) int64 { return CeilDiv(units, r.PerNano) }
+// needs to refill units (0 ≤ units ≤ 2 × MaxScaled).
+func (r *Rate) Nanos(units int64) int64 { return r.perNano.CeilDiv(units) }
 
 // Refill returns level plus what elapsed nanoseconds refill, capped at max.
 // It never overflows: level <= max <= MaxScaled and elapsed >= 0.
-func (r Rate) Refill(level, max, elapsed int64) int64 {
-	if level >= max || elapsed >= r.Nanos(max-level) {
+func (r *Rate) Refill(level, max, elapsed int64) int64 {
+	if elapsed >= r.fills { // refills any level (and the product could overflow)
 		return max
 	}
-	return level + elapsed*r.PerNano // < max + PerNano, no overflow
+	return min(max, level+elapsed*r.PerNano) // < 2^63
 }
 
 // CeilDiv returns ceil(a/b) for a >= 0 and b > 0.

@@ -1,0 +1,84 @@
+package units
+
+import (
+	"math"
+	"testing"
+
+	"pgregory.net/rapid"
+)
+
+// Divisor.Div is floor division for every divisor and numerator in range,
+// including the edges: divisors 1, powers of two and their neighbours, and
+// numerators near 2^63.
+func TestPropDivisorIsFloorDivision(t *testing.T) {
+	t.Parallel()
+	rapid.Check(t, func(t *rapid.T) {
+		d := rapid.OneOf(
+			rapid.Int64Range(1, 1<<20),
+			rapid.Int64Range(1, math.MaxInt64),
+			rapid.Custom(func(t *rapid.T) int64 {
+				p := int64(1) << rapid.IntRange(0, 62).Draw(t, "pow")
+				return max(1, p+rapid.Int64Range(-1, 1).Draw(t, "near"))
+			}),
+		).Draw(t, "d")
+		n := rapid.OneOf(
+			rapid.Int64Range(0, 1<<20),
+			rapid.Int64Range(0, math.MaxInt64),
+			rapid.Int64Range(math.MaxInt64-1<<20, math.MaxInt64),
+			rapid.Custom(func(t *rapid.T) int64 { return d * rapid.Int64Range(0, math.MaxInt64/d).Draw(t, "k") }),
+		).Draw(t, "n")
+		v := NewDivisor(d)
+		if got, want := v.Div(n), n/d; got != want {
+			t.Fatalf("%d / %d = %d, want %d", n, d, got, want)
+		}
+		if n <= math.MaxInt64-d+1 {
+			if got, want := v.CeilDiv(n), CeilDiv(n, d); got != want {
+				t.Fatalf("ceil(%d / %d) = %d, want %d", n, d, got, want)
+			}
+		}
+	})
+}
+
+func TestPropMulDiv(t *testing.T) {
+	t.Parallel()
+	rapid.Check(t, func(t *rapid.T) {
+		a := rapid.Int64Range(0, 1<<53).Draw(t, "a")
+		b := rapid.Int64Range(0, 1<<59).Draw(t, "b")
+		c := rapid.Int64Range(1, math.MaxInt64).Draw(t, "c")
+		got, ok := MulDiv(a, b, c)
+		hi, lo := Mul(a, b).Hi, Mul(a, b).Lo
+		fits := hi < uint64(c)
+		if ok != fits && ok {
+			t.Fatalf("MulDiv(%d, %d, %d) ok with a quotient that does not fit", a, b, c)
+		}
+		if ok {
+			// got×c ≤ a×b < (got+1)×c
+			lowHi, lowLo := Mul(got, c).Hi, Mul(got, c).Lo
+			if lowHi > hi || lowHi == hi && lowLo > lo {
+				t.Fatalf("MulDiv(%d, %d, %d) = %d: too large", a, b, c, got)
+			}
+			next := Mul(got, c).Add(Mul(1, c))
+			if !(Mul128{hi, lo}).Less(next) {
+				t.Fatalf("MulDiv(%d, %d, %d) = %d: too small", a, b, c, got)
+			}
+		}
+	})
+}
+
+func TestFromCost(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		in   float64
+		want int64
+		ok   bool
+	}{
+		{1, 1e6, true}, {2.5, 2_500_000, true}, {0.1, 100_000, true}, {1e-6, 1, true},
+		{4e-7, 0, false}, {0, 0, false}, {-1, 0, false}, {math.NaN(), 0, false},
+		{math.Inf(1), 0, false}, {9.007199254740992e9, MaxAtoms, true}, {1e10, 0, false},
+	} {
+		got, ok := FromCost(c.in)
+		if got != c.want || ok != c.ok {
+			t.Errorf("FromCost(%v) = %d, %v; want %d, %v", c.in, got, ok, c.want, c.ok)
+		}
+	}
+}
