@@ -71,13 +71,13 @@ func TestConcurrencyExpiryAndRelease(t *testing.T) {
 		}
 		return d
 	}
-	if d := step(0, 1); !d.Allowed()|| d.Remaining() != 1e6 || d.ResetAfter() != 10*s1 {
+	if d := step(0, 1); !d.Allowed() || d.Remaining() != 1e6 || d.ResetAfter() != 10*s1 {
 		t.Fatalf("first: %+v", d)
 	}
-	if d := step(2*s1, 2); !d.Allowed()|| d.Remaining() != 0 || d.ResetAfter() != 10*s1 {
+	if d := step(2*s1, 2); !d.Allowed() || d.Remaining() != 0 || d.ResetAfter() != 10*s1 {
 		t.Fatalf("second: %+v", d)
 	}
-	if d := step(3*s1, 3); d.Allowed()|| d.RetryAfter() != 7*s1 || d.ResetAfter() != 9*s1 {
+	if d := step(3*s1, 3); d.Allowed() || d.RetryAfter() != 7*s1 || d.ResetAfter() != 9*s1 {
 		t.Fatalf("third, full: %+v", d)
 	}
 	if !s.Release(2) || s.Release(2) {
