@@ -87,7 +87,7 @@ func (a *Algorithm) UnmarshalText(text []byte) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("%w: unknown algorithm %q (want one of %v)", ErrInvalidLimit, truncate(string(text), 64), algorithmNames)
+	return fmt.Errorf("%w: unknown algorithm %q (want one of %v)", ErrInvalidLimit, truncate(string(text), 32), algorithmNames)
 }
 
 // Limit is a rate limit: how much cost a key may spend per Window.
@@ -231,7 +231,7 @@ func validateName(name string) error {
 	for i := 0; i < len(name); i++ {
 		c := name[i]
 		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-' || c == '.' || c == ':' || c == '/') {
-			return fmt.Errorf("%w: name %q: byte %d (%q) is not a letter, digit or one of _-.:/", ErrInvalidLimit, name, i, c)
+			return fmt.Errorf("%w: name %q: byte %d (%q) is not a letter, digit or one of _-.:/", ErrInvalidLimit, truncate(name, 32), i, c)
 		}
 	}
 	return nil

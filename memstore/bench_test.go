@@ -104,3 +104,26 @@ func liveHeap() uint64 {
 	runtime.ReadMemStats(&m)
 	return m.HeapAlloc
 }
+
+// 1e7 distinct keys through a store capped at 1e6: the live heap stays
+// bounded and every key dropped is counted.
+func BenchmarkTenMillionKeysCapped(b *testing.B) {
+	ctx := context.Background()
+	buf := make([]byte, 0, 32)
+	for b.Loop() {
+		before := liveHeap()
+		s := newBenchStore(b, memstore.Options{MaxKeys: million, SweepInterval: -1})
+		for i := range 10 * million {
+			s.Allow(ctx, userKey(buf, i), benchLimit, 1)
+		}
+		after := liveHeap()
+		st := s.Stats()
+		b.ReportMetric(float64(after-before)/(1<<20), "live-MiB")
+		b.ReportMetric(float64(st.Keys), "keys")
+		b.ReportMetric(float64(st.Evictions+st.Expired), "dropped")
+		if st.Evictions+st.Expired != uint64(10*million-st.Keys) {
+			b.Fatalf("dropped %d, want %d", st.Evictions+st.Expired, 10*million-st.Keys)
+		}
+		runtime.KeepAlive(s)
+	}
+}
