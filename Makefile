@@ -1,0 +1,47 @@
+# sluice — make targets. `make test` is the test command of the README and CI.
+
+GO        ?= go
+TOOL      := $(GO) tool -modfile=tools/go.mod
+FUZZTIME  ?= 30s
+BENCHTIME ?= 1s
+COUNT     ?= 6
+OUT       := bench/out
+
+.PHONY: test lint fuzz bench bench-memory help
+
+help:
+	@echo "make test          the tests, with -race and -shuffle (the README's test command)"
+	@echo "make lint          gofmt, go vet, staticcheck (pinned in tools/go.mod)"
+	@echo "make fuzz          every fuzz target for FUZZTIME (default $(FUZZTIME))"
+	@echo "make bench         benchmarks against x/time/rate and go-limiter, COUNT runs, benchstat in $(OUT)/"
+	@echo "make bench-memory  the memory figures: heap per key at 1e6 keys, 1e7 keys under MaxKeys 1e6"
+
+test:
+	$(GO) test -race -shuffle=on -count=1 ./...
+	cd bench && $(GO) vet ./...
+
+lint:
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
+	  if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
+	$(GO) vet ./...
+	$(TOOL) staticcheck ./...
+	cd bench && $(GO) vet ./... && $(GO) tool -modfile=../tools/go.mod staticcheck ./...
+
+# Every Fuzz target of every package, one after the other.
+fuzz:
+	@set -e; for pkg in $$($(GO) list ./...); do \
+	  for target in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
+	    echo "== $$pkg $$target ($(FUZZTIME))"; \
+	    $(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) $$pkg; \
+	  done; \
+	done
+
+bench:
+	mkdir -p $(OUT)
+	cd bench && $(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -count $(COUNT) . | tee ../$(OUT)/compare.txt
+	$(GO) test -run '^$$' -bench 'OneKey|Parallel' -benchtime $(BENCHTIME) -count $(COUNT) ./memstore | tee $(OUT)/memstore.txt
+	$(TOOL) benchstat -col /impl $(OUT)/compare.txt | tee $(OUT)/compare.benchstat
+
+bench-memory:
+	mkdir -p $(OUT)
+	$(GO) test -run '^$$' -bench 'HeapPerKey|TenMillion' -benchtime 1x -count 1 ./memstore | tee $(OUT)/memory.txt
