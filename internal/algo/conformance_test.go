@@ -2,6 +2,7 @@ package algo_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -48,5 +49,21 @@ func TestTimelines(t *testing.T) {
 			l := &pureLimiter{now: clock.Now, states: map[string]algo.State{}}
 			limittest.PlayTimeline(t, l, clock, tl, func(k string) string { return k })
 		})
+	}
+}
+
+// The seed: time moving backwards is an error for the pure token bucket
+// (stores clamp instead: see limittest's ClockBackwards).
+func TestNegativeTimeMovementRejected(t *testing.T) {
+	t.Parallel()
+	clock := limittest.NewClock(limittest.Epoch.Add(time.Second))
+	l := &pureLimiter{now: clock.Now, states: map[string]algo.State{}}
+	seed := sluice.Limit{Name: "seed", Quota: 2, Window: time.Second, Burst: 5}
+	if d, err := l.Allow(context.Background(), "k", seed, 1); err != nil || !d.Allowed {
+		t.Fatalf("at 1s: %+v, %v", d, err)
+	}
+	clock.Set(limittest.Epoch.Add(999 * time.Millisecond))
+	if d, err := l.Allow(context.Background(), "k", seed, 1); !errors.Is(err, algo.ErrClockBackwards) || d.Allowed {
+		t.Fatalf("1 ms back: %+v, %v; want ErrClockBackwards", d, err)
 	}
 }
