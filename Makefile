@@ -38,10 +38,9 @@ fuzz:
 
 bench:
 	mkdir -p $(OUT)
-	cd bench && $(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -count $(COUNT) . | tee ../$(OUT)/compare.txt
-	$(GO) test -run '^$$' -bench 'OneKey|Parallel' -benchtime $(BENCHTIME) -count $(COUNT) ./memstore | tee $(OUT)/memstore.txt
+	cd bench && $(GO) test -run '^$$' -bench 'OneKey|ManyKeys' -benchtime $(BENCHTIME) -count $(COUNT) . | tee ../$(OUT)/compare.txt
 	$(TOOL) benchstat -col /impl $(OUT)/compare.txt | tee $(OUT)/compare.benchstat
 
 bench-memory:
 	mkdir -p $(OUT)
-	$(GO) test -run '^$$' -bench 'HeapPerKey|TenMillion' -benchtime 1x -count 1 ./memstore | tee $(OUT)/memory.txt
+	cd bench && $(GO) test -run '^$$' -bench 'HeapPerKey|TenMillion' -benchtime 1x -count 1 . | tee ../$(OUT)/memory.txt

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"math/rand/v2"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -125,4 +126,52 @@ func BenchmarkManyKeys(b *testing.B) {
 		fill(func(k string) { s.Take(ctx, strings.Clone(k)) })
 		random(b, func(k string) { s.Take(ctx, k) })
 	})
+}
+
+// Heap per key at 1e6 keys. The store keeps no key bytes (only a 128-bit
+// hash), so this is all a key costs.
+func BenchmarkHeapPerKey(b *testing.B) {
+	ctx := context.Background()
+	buf := make([]byte, 0, 32)
+	for b.Loop() {
+		before := liveHeap()
+		s := newMemstore(b, memstore.Options{MaxKeys: 2 * million, SweepInterval: -1})
+		for i := range million {
+			s.Allow(ctx, userKey(buf, i), everything, 1)
+		}
+		after := liveHeap()
+		b.ReportMetric(float64(after-before)/million, "B/key")
+		runtime.KeepAlive(s)
+	}
+}
+
+// 1e7 distinct keys through a store capped at 1e6: the live heap stays
+// bounded and every key dropped is counted.
+func BenchmarkTenMillionKeysCapped(b *testing.B) {
+	ctx := context.Background()
+	buf := make([]byte, 0, 32)
+	for b.Loop() {
+		before := liveHeap()
+		s := newMemstore(b, memstore.Options{MaxKeys: million, SweepInterval: -1})
+		for i := range 10 * million {
+			s.Allow(ctx, userKey(buf, i), everything, 1)
+		}
+		after := liveHeap()
+		st := s.Stats()
+		b.ReportMetric(float64(after-before)/(1<<20), "live-MiB")
+		b.ReportMetric(float64(st.Keys), "keys")
+		b.ReportMetric(float64(st.Evictions+st.Expired), "dropped")
+		if st.Evictions+st.Expired != uint64(10*million-st.Keys) {
+			b.Fatalf("dropped %d, want %d", st.Evictions+st.Expired, 10*million-st.Keys)
+		}
+		runtime.KeepAlive(s)
+	}
+}
+
+func liveHeap() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
 }

@@ -10,23 +10,14 @@ import "hash/maphash"
 // home slot, bits 32-38 the control tag.
 type ident struct{ hi, lo uint64 }
 
-// identify hashes key under a limit whose name hashes to nameHash.
+// identify hashes key under a limit whose name hashes to nameHash. Each
+// half is a seeded hash of the key xor one of the name: uniform, and
+// independent of the other half.
 func identify(seeds *[2]maphash.Seed, nameHash [2]uint64, key string) ident {
 	return ident{
-		hi: mix(maphash.String(seeds[0], key) ^ nameHash[0]),
-		lo: mix(maphash.String(seeds[1], key) ^ nameHash[1]),
+		hi: maphash.String(seeds[0], key) ^ nameHash[0],
+		lo: maphash.String(seeds[1], key) ^ nameHash[1],
 	}
-}
-
-// mix is the 64-bit finalizer of MurmurHash3: every output bit depends on
-// every input bit, so shard, home slot and tag are independent.
-func mix(h uint64) uint64 {
-	h ^= h >> 33
-	h *= 0xff51afd7ed558ccd
-	h ^= h >> 33
-	h *= 0xc4ceb9fe1a85ec53
-	h ^= h >> 33
-	return h
 }
 
 func (id ident) tag() uint8 { return 0x80 | uint8(id.hi>>32)&0x7f }
