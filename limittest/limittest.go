@@ -40,6 +40,7 @@ func Run(t *testing.T, newLimiter NewLimiter) {
 	t.Run("Concurrency", s.concurrency)
 	t.Run("ClockBackwards", s.clockBackwards)
 	t.Run("ParameterChange", s.parameterChange)
+	t.Run("Identities", s.identities)
 	t.Run("LastTokenRace", s.lastTokenRace)
 	t.Run("BadInput", s.badInput)
 }

@@ -1,6 +1,8 @@
 package memstore
 
 import (
+	"slices"
+
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/algo"
 )
@@ -20,7 +22,7 @@ type kindOps interface {
 	len(sh *shard) int
 	// evict removes the sampled entry that is closest to fresh and reports
 	// whether it still held live state.
-	evict(s *Store, sh *shard, nowSec uint32) (live bool)
+	evict(s *Store, sh *shard, nowSec uint32, pinned []ident) (live, ok bool)
 	// sweep removes the entries that are fresh again at nowSec.
 	sweep(s *Store, sh *shard, nowSec uint32) int
 }
@@ -37,44 +39,32 @@ var kinds = [...]kindOps{
 
 func (k *kind[S, P]) len(sh *shard) int { return k.table(sh).n }
 
-// step decides call for the identity id under c on the shard's table t of S, with
-// the shard locked. With commit it writes the new state (inserting the key
-// if it spent). The store calls it through a switch on the algorithm, so
-// the call is direct.
+// step decides call for the identity id under c on the shard's table t of
+// S, with the shard locked. With commit it writes the new state (inserting
+// the key if it spent; making room never evicts a pinned ident, the other
+// keys of the same multi-limit call). The store calls it through a switch
+// on the algorithm, so the call is direct.
 func step[S any, P interface {
 	*S
 	algo.State
-}](s *Store, sh *shard, t *table[S], c *compiled, id ident, call algo.Call, commit bool) (algo.Result, error) {
+}](s *Store, sh *shard, t *table[S], c *compiled, id ident, call algo.Call, commit bool, pinned []ident) (algo.Result, error) {
 	p := c.params
 	at, free := t.find(id)
 	// A key not held yet is decided on the table's scratch state (a local
 	// would escape: calls through P are dynamic).
 	var zero S
 	var state P
-	switch {
-	case at < 0:
+	if at < 0 {
 		t.scratch = zero
 		state = P(&t.scratch)
 		state.Init(p, call.Now)
-	case t.slots[at].fp != c.fp:
-		// Written under other parameters: the key starts fresh.
-		state = P(&t.scratch)
-		if commit {
-			state = P(&t.slots[at].state)
-			t.slots[at].fp = c.fp
-			sh.stats.ParamResets++
-		}
-		state.Init(p, call.Now)
-	default:
+	} else {
 		state = P(&t.slots[at].state)
 	}
 	call.Clamp = true
 	d, err := state.Step(p, call, commit)
 	if !commit {
 		return d, err
-	}
-	if d.Clamped() {
-		sh.stats.ClockBackwards++
 	}
 	var sl *slot[S]
 	if at >= 0 {
@@ -84,13 +74,18 @@ func step[S any, P interface {
 			return d, err // nothing spent: nothing to remember
 		}
 		if sh.n >= s.perShard {
-			s.makeRoom(sh, c.kind, call.Now)
+			s.makeRoom(sh, c.kind, call.Now, pinned)
 			free = -1 // the eviction may have moved entries
 		}
 		sl = t.insert(id, free)
-		sl.fp = c.fp
 		sl.state, t.scratch = t.scratch, zero
 		sh.n++
+	}
+	if d.Clamped() {
+		// The decision was made at the state's instant, not call.Now.
+		sh.stats.ClockBackwards++
+		sl.reset = s.resetSecond(P(&sl.state).ResetAt(p))
+		return d, err
 	}
 	// The key is full again ResetAfter from the decision's instant.
 	sl.reset = s.resetSecond(call.Now + int64(d.ResetAfter()))
@@ -99,12 +94,15 @@ func step[S any, P interface {
 
 // evict samples up to evictSamples entries from a random place and removes
 // the one whose reset comes first: the least information is lost.
-func (k *kind[S, P]) evict(s *Store, sh *shard, nowSec uint32) bool {
+func (k *kind[S, P]) evict(s *Store, sh *shard, nowSec uint32, pinned []ident) (live, ok bool) {
 	t := k.table(sh)
 	size := len(t.ctrl)
+	if size == 0 {
+		return false, false
+	}
 	victim, seen := -1, 0
 	for i, steps := int(sh.random()%uint64(size)), 0; seen < evictSamples && steps < size; steps++ {
-		if t.ctrl[i] != 0 {
+		if t.ctrl[i] != 0 && !slices.Contains(pinned, t.slots[i].id) {
 			if victim < 0 || t.slots[i].reset < t.slots[victim].reset {
 				victim = i
 			}
@@ -114,10 +112,13 @@ func (k *kind[S, P]) evict(s *Store, sh *shard, nowSec uint32) bool {
 			i = 0
 		}
 	}
-	live := t.slots[victim].reset > nowSec
+	if victim < 0 {
+		return false, false // only pinned keys here
+	}
+	live = t.slots[victim].reset > nowSec
 	t.remove(victim)
 	sh.n--
-	return live
+	return live, true
 }
 
 func (k *kind[S, P]) sweep(s *Store, sh *shard, nowSec uint32) int {

@@ -160,9 +160,9 @@ func TestCounters(t *testing.T) {
 	s.Allow(ctx, "k", limit, 1)
 	changed := limit
 	changed.Quota = 6
-	s.Allow(ctx, "k", changed, 1)
-	if st := s.Stats(); st.ClockBackwards != 1 || st.ParamResets != 1 || st.Keys != 1 {
-		t.Fatalf("Stats = %+v, want 1 clock step back, 1 parameter reset, 1 key", st)
+	s.Allow(ctx, "k", changed, 1) // another state: the limit's parameters changed
+	if st := s.Stats(); st.ClockBackwards != 1 || st.Keys != 2 {
+		t.Fatalf("Stats = %+v, want 1 clock step back, 2 keys", st)
 	}
 }
 
@@ -209,5 +209,48 @@ func TestErrorsAreSentinels(t *testing.T) {
 	s := newStore(t, memstore.Options{})
 	if _, err := s.Allow(ctx, "k", sluice.Limit{}, 1); !errors.Is(err, sluice.ErrInvalidLimit) {
 		t.Fatalf("zero limit: %v", err)
+	}
+}
+
+// After the clock steps back, a key's reset is still measured from the
+// instant its state holds: the sweep must not forget it early.
+func TestSweepAfterClockStepsBack(t *testing.T) {
+	t.Parallel()
+	clock := limittest.NewClock(limittest.Epoch.Add(100 * time.Second))
+	s := newStore(t, memstore.Options{Now: clock.Now, SweepInterval: -1})
+	limit := sluice.Limit{Name: "tb", Quota: 10, Window: 10 * time.Second}
+	if d, _ := s.Allow(ctx, "k", limit, 10); !d.Allowed {
+		t.Fatal("the first spend was refused")
+	}
+	clock.Set(limittest.Epoch.Add(50 * time.Second)) // 50 s back: clamped to 100 s
+	s.Allow(ctx, "k", limit, 1)
+	clock.Set(limittest.Epoch.Add(101 * time.Second)) // one token back
+	if n := s.Sweep(); n != 0 {
+		t.Fatalf("Sweep forgot %d keys 1 s after the bucket emptied", n)
+	}
+	if d, _ := s.Allow(ctx, "k", limit, 10); d.Allowed {
+		t.Fatalf("10 admitted 1 s after emptying a 10 per 10 s bucket: %+v", d)
+	}
+}
+
+// Making room for one key of a multi-limit call never evicts another key
+// of the same call: what the call charged stays charged.
+func TestAllowAllNeverEvictsItsOwnKeys(t *testing.T) {
+	t.Parallel()
+	clock := limittest.NewClock(limittest.Epoch)
+	s := newStore(t, memstore.Options{Now: clock.Now, MaxKeys: 2, Shards: 1, SweepInterval: -1})
+	hourly := func(name string) sluice.Limit { return sluice.Limit{Name: name, Quota: 1, Window: time.Hour} }
+	s.Allow(ctx, "bystander", hourly("b"), 1)
+	reqs := []sluice.Request{{Key: "x", Limit: hourly("x"), Cost: 1}, {Key: "y", Limit: hourly("y"), Cost: 1}, {Key: "z", Limit: hourly("z"), Cost: 1}}
+	if d, err := s.AllowAll(ctx, reqs, sluice.AllOrNothing, nil); err != nil || !d.Allowed {
+		t.Fatalf("%+v, %v", d, err)
+	}
+	for _, r := range reqs {
+		if d, _ := s.Allow(ctx, r.Key, r.Limit, 1); d.Allowed {
+			t.Fatalf("%s: charged by the call, then evicted by it: %+v", r.Key, d)
+		}
+	}
+	if d, _ := s.Allow(ctx, "bystander", hourly("b"), 1); !d.Allowed {
+		t.Fatal("the bystander, the only key the call could evict, was kept")
 	}
 }

@@ -2,11 +2,19 @@
 // keeps every key's state in memory, for one process (the embedded default).
 //
 // Keys are spread over shards, each a lock and one open-addressing table
-// per algorithm; a decision on an existing key allocates nothing. Memory is
-// bounded: at most MaxKeys keys are held; to admit a new key into a full
-// shard the store evicts, among a few sampled keys, the one closest to its
-// reset (an evicted key restarts full, and that is counted), and a
+// per algorithm. A key's state belongs to the limit's name and parameters
+// and the key, identified by a 128-bit keyed hash (raw keys are never
+// stored); a changed limit's keys start fresh, and the states it left are
+// swept. A decision allocates nothing, for a held key or a new one, except
+// for the SlidingLog and Concurrency states, whose entries grow with use,
+// and when a table grows.
+//
+// Memory is bounded: at most MaxKeys keys are held; to admit a new key into
+// a full shard the store evicts, among a few sampled keys, the one closest
+// to its reset (an evicted key restarts full, and that is counted), and a
 // background sweep forgets keys that are back to full, which loses nothing.
+// A key costs about 56 bytes; a SlidingLog or Concurrency key also holds up
+// to Quota entries of 16 or 24 bytes.
 //
 // For a fleet of processes sharing limits, use redisstore.
 package memstore
@@ -16,9 +24,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"math"
 	"math/bits"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,9 +41,13 @@ import (
 type Options struct {
 	// Now is the clock. Default: the runtime's monotonic clock, anchored to
 	// the wall clock when the store is created (so it never steps back), read
-	// as ClockResolution says. A Now that steps backwards is tolerated: the
-	// decision is made at the latest instant the key has seen (no refill)
-	// and counted in Stats.ClockBackwards.
+	// as ClockResolution says. A Now that steps backwards is tolerated: an
+	// algorithm that remembers an instant (token and leaky bucket, sliding
+	// log; fixed and sliding window when the reading falls before the
+	// counted window) decides at that instant instead — no refill, durations
+	// measured from it — and the store counts it in Stats.ClockBackwards;
+	// GCRA and Concurrency take the earlier reading as it is, which only
+	// means less capacity.
 	Now func() time.Time
 
 	// ClockResolution is the resolution of the default clock: a background
@@ -76,17 +88,16 @@ const (
 
 // Stats are counters of a Store's life.
 type Stats struct {
-	Keys           int    // keys held now
+	Keys           int    // states held now (a key under two limits is two)
 	Evictions      uint64 // keys dropped while they held live state, to stay under MaxKeys; each restarts full
 	Expired        uint64 // keys forgotten because they were back to full (nothing lost)
-	ParamResets    uint64 // keys restarted fresh because their limit's parameters changed
 	ClockBackwards uint64 // decisions whose clock reading was earlier than the key's state (clamped)
 }
 
 // Store is an in-memory sluice.Limiter. It is safe for concurrent use.
 // Create it with New; Close stops its background sweep.
 type Store struct {
-	seeds    [2]maphash.Seed // of the identity hash
+	seeds    identSeeds
 	clock    func() int64
 	coarse   *monoclock.Coarse // the default clock, ticked by run; nil otherwise
 	epoch    int64             // Unix ns of the store's second 0, for reset seconds
@@ -128,8 +139,7 @@ type shard struct {
 type compiled struct {
 	params    *algo.Params
 	algorithm sluice.Algorithm
-	nameHash  [2]uint64
-	fp        uint16
+	limitHash [2]uint64 // of the limit's name and parameters: see ident
 	kind      kindOps
 }
 
@@ -165,7 +175,7 @@ func New(opts Options) (*Store, error) {
 		return nil, fmt.Errorf("memstore: MaxKeys %d is fewer than Shards %d", maxKeys, n)
 	}
 	s := &Store{
-		seeds:    [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()},
+		seeds:    newIdentSeeds(),
 		shards:   make([]shard, n),
 		shift:    uint(64 - bits.TrailingZeros(uint(n))),
 		perShard: maxKeys / n,
@@ -194,7 +204,7 @@ func New(opts Options) (*Store, error) {
 	}
 	empty := map[sluice.Limit]*compiled{}
 	s.limits.Store(&empty)
-	s.tickets.Store(uint64(time.Now().UnixNano()) << 16) // tickets of an earlier process are not reused
+	s.tickets.Store(rand.Uint64()) // an earlier process's tickets are unlikely to be valid here
 	sweep := max(cmp.Or(opts.SweepInterval, DefaultSweepInterval), 0)
 	if tick == 0 && sweep == 0 {
 		close(s.done)
@@ -220,13 +230,13 @@ func (s *Store) Allow(_ context.Context, key string, limit sluice.Limit, cost fl
 		return sluice.Decision{}, err
 	}
 	if c.algorithm == sluice.Concurrency {
-		call.Ticket = s.tickets.Add(1)
+		call.Ticket = s.ticket()
 	}
-	id := identify(&s.seeds, c.nameHash, key)
+	id := identify(&s.seeds, c.limitHash, key)
 	sh := &s.shards[id.hi>>s.shift]
 	sh.mu.Lock()
 	call.Now = s.now()
-	res, err := s.step(sh, c, id, call, true)
+	res, err := s.step(sh, c, id, call, true, nil)
 	sh.mu.Unlock()
 	return res.Decision(limit, call.Ticket), err
 }
@@ -246,11 +256,12 @@ func (s *Store) AllowAll(_ context.Context, reqs []sluice.Request, mode sluice.M
 		return sluice.Decision{}, fmt.Errorf("%w: no requests", sluice.ErrInvalidRequest)
 	}
 	var (
-		rsBuf    [8]resolved
-		callsBuf [8]algo.Call
-		dsBuf    [8]sluice.Decision
+		rsBuf     [8]resolved
+		callsBuf  [8]algo.Call
+		dsBuf     [8]sluice.Decision
+		pinnedBuf [8]ident
 	)
-	rs, calls, ds := rsBuf[:0], callsBuf[:0], dsBuf[:0]
+	rs, calls, ds, pinned := rsBuf[:0], callsBuf[:0], dsBuf[:0], pinnedBuf[:0]
 	for i, q := range reqs {
 		rs = append(rs, resolved{})
 		if err := s.resolve(&rs[i], q.Key, q.Limit, q.Cost); err != nil {
@@ -266,10 +277,11 @@ func (s *Store) AllowAll(_ context.Context, reqs []sluice.Request, mode sluice.M
 			if each == nil {
 				return sluice.Decision{}, fmt.Errorf("%w: request %d is a concurrency limit: pass each to receive its ticket", sluice.ErrInvalidRequest, i)
 			}
-			call.Ticket = s.tickets.Add(1)
+			call.Ticket = s.ticket()
 		}
 		calls = append(calls, call)
 		ds = append(ds, sluice.Decision{})
+		pinned = append(pinned, rs[i].id)
 	}
 	// A Concurrency limit is charged only for an allowed request, whatever
 	// the mode; in RejectionsCount mode the others are charged at once.
@@ -282,7 +294,7 @@ func (s *Store) AllowAll(_ context.Context, reqs []sluice.Request, mode sluice.M
 	allowed := true
 	for i := range rs {
 		calls[i].Now = now
-		res, err := s.step(&s.shards[rs[i].shard], rs[i].c, rs[i].id, calls[i], chargeNow(i))
+		res, err := s.step(&s.shards[rs[i].shard], rs[i].c, rs[i].id, calls[i], chargeNow(i), pinned)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("request %d: %w", i, err))
 		}
@@ -293,14 +305,14 @@ func (s *Store) AllowAll(_ context.Context, reqs []sluice.Request, mode sluice.M
 		switch {
 		case chargeNow(i):
 		case allowed:
-			res, _ := s.step(&s.shards[rs[i].shard], rs[i].c, rs[i].id, calls[i], true)
+			res, _ := s.step(&s.shards[rs[i].shard], rs[i].c, rs[i].id, calls[i], true, pinned)
 			ds[i] = res.Decision(reqs[i].Limit, calls[i].Ticket)
 		case ds[i].Allowed:
 			// Would have allowed, but nothing was spent: report the state as
 			// it is, read with a cost that never fits.
 			peek := calls[i]
 			peek.Cost = rs[i].c.params.CapacityAtoms() + 1
-			res, _ := s.step(&s.shards[rs[i].shard], rs[i].c, rs[i].id, peek, false)
+			res, _ := s.step(&s.shards[rs[i].shard], rs[i].c, rs[i].id, peek, false, nil)
 			ds[i] = res.Decision(reqs[i].Limit, 0)
 			ds[i].Allowed, ds[i].RetryAfter = true, 0
 		}
@@ -347,7 +359,7 @@ func (s *Store) Release(_ context.Context, key string, limit sluice.Limit, ticke
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	t := &sh.concurrency
-	if at, _ := t.find(r.id); at >= 0 && t.slots[at].fp == r.c.fp {
+	if at, _ := t.find(r.id); at >= 0 {
 		st := &t.slots[at].state
 		if st.Release(ticket) {
 			t.slots[at].reset = s.resetSecond(st.ResetAt(r.c.params))
@@ -365,7 +377,6 @@ func (s *Store) Stats() Stats {
 		st.Keys += sh.n
 		st.Evictions += sh.stats.Evictions
 		st.Expired += sh.stats.Expired
-		st.ParamResets += sh.stats.ParamResets
 		st.ClockBackwards += sh.stats.ClockBackwards
 		sh.mu.Unlock()
 	}
@@ -432,22 +443,31 @@ func (s *Store) run(tick, sweep time.Duration) {
 }
 
 // step runs c's algorithm on its table of sh; see the generic step.
-func (s *Store) step(sh *shard, c *compiled, id ident, call algo.Call, commit bool) (algo.Result, error) {
+func (s *Store) step(sh *shard, c *compiled, id ident, call algo.Call, commit bool, pinned []ident) (algo.Result, error) {
 	switch c.algorithm {
 	case sluice.TokenBucket:
-		return step[algo.TokenBucket](s, sh, &sh.tokenBucket, c, id, call, commit)
+		return step[algo.TokenBucket](s, sh, &sh.tokenBucket, c, id, call, commit, pinned)
 	case sluice.GCRA:
-		return step[algo.GCRA](s, sh, &sh.gcra, c, id, call, commit)
+		return step[algo.GCRA](s, sh, &sh.gcra, c, id, call, commit, pinned)
 	case sluice.FixedWindow:
-		return step[algo.FixedWindow](s, sh, &sh.fixedWindow, c, id, call, commit)
+		return step[algo.FixedWindow](s, sh, &sh.fixedWindow, c, id, call, commit, pinned)
 	case sluice.SlidingLog:
-		return step[algo.SlidingLog](s, sh, &sh.slidingLog, c, id, call, commit)
+		return step[algo.SlidingLog](s, sh, &sh.slidingLog, c, id, call, commit, pinned)
 	case sluice.SlidingWindow:
-		return step[algo.SlidingWindow](s, sh, &sh.slidingWindow, c, id, call, commit)
+		return step[algo.SlidingWindow](s, sh, &sh.slidingWindow, c, id, call, commit, pinned)
 	case sluice.LeakyBucket:
-		return step[algo.LeakyBucket](s, sh, &sh.leakyBucket, c, id, call, commit)
+		return step[algo.LeakyBucket](s, sh, &sh.leakyBucket, c, id, call, commit, pinned)
 	default:
-		return step[algo.Concurrency](s, sh, &sh.concurrency, c, id, call, commit)
+		return step[algo.Concurrency](s, sh, &sh.concurrency, c, id, call, commit, pinned)
+	}
+}
+
+// ticket returns a fresh non-zero concurrency ticket.
+func (s *Store) ticket() uint64 {
+	for {
+		if t := s.tickets.Add(1); t != 0 {
+			return t
+		}
 	}
 }
 
@@ -472,7 +492,7 @@ func (s *Store) resolve(r *resolved, key string, limit sluice.Limit, cost float6
 		return err
 	}
 	r.c = c
-	r.id = identify(&s.seeds, c.nameHash, key)
+	r.id = identify(&s.seeds, c.limitHash, key)
 	r.shard = int(r.id.hi >> s.shift)
 	return nil
 }
@@ -493,8 +513,7 @@ func (s *Store) compile(limit sluice.Limit) (*compiled, error) {
 	c := &compiled{
 		params:    p,
 		algorithm: limit.Algorithm,
-		nameHash:  [2]uint64{maphash.String(s.seeds[0], limit.Name), maphash.String(s.seeds[1], limit.Name)},
-		fp:        uint16(p.Fingerprint),
+		limitHash: hashLimit(&s.seeds, limitID{limit.Name, p.Fingerprint}),
 		kind:      kinds[limit.Algorithm],
 	}
 	s.limitsMu.Lock()
@@ -512,20 +531,23 @@ func (s *Store) compile(limit sluice.Limit) (*compiled, error) {
 	return c, nil
 }
 
-// makeRoom evicts one key from sh, preferring the table of the key about to
-// be inserted, else the fullest table.
-func (s *Store) makeRoom(sh *shard, prefer kindOps, now int64) {
-	victim := prefer
-	if prefer.len(sh) == 0 {
-		for _, k := range kinds {
-			if k.len(sh) > victim.len(sh) {
-				victim = k
-			}
+// makeRoom evicts one key from sh, from the table of the key about to be
+// inserted if it can, else from another. It never evicts a pinned key (one
+// of the same multi-limit call); when every key of the shard is pinned, it
+// evicts nothing and the shard goes over its share of MaxKeys by that
+// call's keys.
+func (s *Store) makeRoom(sh *shard, prefer kindOps, now int64, pinned []ident) {
+	nowSec := s.second(now)
+	live, ok := prefer.evict(s, sh, nowSec, pinned)
+	for i := 0; !ok && i < len(kinds); i++ {
+		if kinds[i] != prefer {
+			live, ok = kinds[i].evict(s, sh, nowSec, pinned)
 		}
 	}
-	if victim.evict(s, sh, s.second(now)) {
+	switch {
+	case ok && live:
 		sh.stats.Evictions++
-	} else {
+	case ok:
 		sh.stats.Expired++
 	}
 }

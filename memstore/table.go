@@ -2,21 +2,47 @@ package memstore
 
 import "hash/maphash"
 
-// ident identifies a (limit name, key) pair: a 128-bit keyed hash of both.
-// The store never keeps raw keys. Two distinct pairs share an ident with
-// probability about n²/2^129 for n pairs (below 1e-20 for a billion); the
-// seeds are random per store, so an attacker cannot aim for a collision.
-// hi also places the pair: its top bits pick the shard, its low 32 bits the
-// home slot, bits 32-38 the control tag.
+// ident identifies a key's state: a 128-bit keyed hash of the limit's
+// name and parameters and the key. The store never keeps raw keys. Two
+// distinct states share an ident with probability about n²/2^129 for n
+// states (below 1e-20 for a billion); the seeds are random per store, so an
+// attacker cannot aim for a collision. hi also places the state: its top
+// bits pick the shard, its low 32 bits the home slot, bits 32-38 the
+// control tag.
 type ident struct{ hi, lo uint64 }
 
-// identify hashes key under a limit whose name hashes to nameHash. Each
-// half is a seeded hash of the key xor one of the name: uniform, and
-// independent of the other half.
-func identify(seeds *[2]maphash.Seed, nameHash [2]uint64, key string) ident {
+// limitID is what a limit contributes to an ident: its name and the
+// fingerprint of its parameters, so that a changed limit finds fresh state.
+type limitID struct {
+	name        string
+	fingerprint uint64
+}
+
+// hashLimit hashes a limit's identity with the store's limit seeds.
+func hashLimit(seeds *identSeeds, id limitID) [2]uint64 {
+	return [2]uint64{maphash.Comparable(seeds.limit[0], id), maphash.Comparable(seeds.limit[1], id)}
+}
+
+// identSeeds are a store's hash seeds: keys and limits hash with seeds of
+// their own, so that no (limit, key) pair mirrors another.
+type identSeeds struct {
+	key, limit [2]maphash.Seed
+}
+
+func newIdentSeeds() identSeeds {
+	return identSeeds{
+		key:   [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()},
+		limit: [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()},
+	}
+}
+
+// identify hashes key under a limit whose identity hashes to limitHash.
+// Each half xors two independent seeded hashes: uniform, and independent of
+// the other half.
+func identify(seeds *identSeeds, limitHash [2]uint64, key string) ident {
 	return ident{
-		hi: maphash.String(seeds[0], key) ^ nameHash[0],
-		lo: maphash.String(seeds[1], key) ^ nameHash[1],
+		hi: maphash.String(seeds.key[0], key) ^ limitHash[0],
+		lo: maphash.String(seeds.key[1], key) ^ limitHash[1],
 	}
 }
 
@@ -45,7 +71,6 @@ type table[S any] struct {
 type slot[S any] struct {
 	id    ident
 	reset uint32 // second (of the store's clock) from which the state is fresh again
-	fp    uint16 // low bits of the fingerprint of the parameters that wrote the state
 	state S
 }
 

@@ -45,6 +45,7 @@ func TestBadArguments(t *testing.T) {
 		{[]string{"try", "-algorithm", "leaky"}, "unknown algorithm"},
 		{[]string{"try", "-requests", "0"}, "-requests 0"},
 		{[]string{"try", "-every", "-1s"}, "-every -1s"},
+		{[]string{"try", "-requests", "10", "-every", "1000000h"}, "-every 1000000h0m0s: must be between 0 and 87600h0m0s"},
 		{[]string{"try", "-cost", "0"}, "cost 0"},
 		{[]string{"try", "extra"}, "unexpected argument"},
 		{[]string{"frobnicate"}, `unknown command "frobnicate"`},

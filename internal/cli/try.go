@@ -13,8 +13,11 @@ import (
 	"github.com/sluicehq/sluice/memstore"
 )
 
-// maxTryRequests bounds the requests `sluice try` plays.
-const maxTryRequests = 100_000
+// Bounds of what `sluice try` plays: requests, and their span in time.
+const (
+	maxTryRequests = 100_000
+	maxTrySpan     = 100 * 365 * 24 * time.Hour
+)
 
 func runTry(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("try", flag.ContinueOnError)
@@ -45,8 +48,8 @@ func runTry(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sluice try: -requests %d: must be between 1 and %d\n", *requests, maxTryRequests)
 		return exitUsage
 	}
-	if *every < 0 {
-		fmt.Fprintf(stderr, "sluice try: -every %v: must not be negative\n", *every)
+	if *every < 0 || *every > maxTrySpan/time.Duration(*requests) {
+		fmt.Fprintf(stderr, "sluice try: -every %v: must be between 0 and %v for %d requests\n", *every, maxTrySpan/time.Duration(*requests), *requests)
 		return exitUsage
 	}
 	if err := limit.Validate(); err != nil {

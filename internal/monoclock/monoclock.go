@@ -52,8 +52,16 @@ func NewCoarse(c Clock) *Coarse {
 	return cc
 }
 
-// Tick reads the underlying clock.
-func (c *Coarse) Tick() { c.now.Store(c.clock.Now()) }
+// Tick reads the underlying clock. Concurrent Ticks never move Now back.
+func (c *Coarse) Tick() {
+	now := c.clock.Now()
+	for {
+		old := c.now.Load()
+		if now <= old || c.now.CompareAndSwap(old, now) {
+			return
+		}
+	}
+}
 
 // Now returns the latest reading.
 func (c *Coarse) Now() int64 { return c.now.Load() }

@@ -79,7 +79,7 @@ func (r Rate) Scale(atoms int64) (int64, bool) {
 func (r *Rate) Atoms(units int64) int64 { return r.perAtom.Div(units) }
 
 // Nanos returns the time, rounded up to a whole nanosecond, that the rate
-// needs to refill units (0 ≤ units ≤ 2 × MaxScaled).
+// needs to refill units (0 ≤ units ≤ 2^63 − PerNano).
 func (r *Rate) Nanos(units int64) int64 { return r.perNano.CeilDiv(units) }
 
 // Refill returns level plus what elapsed nanoseconds refill, capped at max.

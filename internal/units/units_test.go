@@ -47,18 +47,20 @@ func TestPropMulDiv(t *testing.T) {
 		c := rapid.Int64Range(1, math.MaxInt64).Draw(t, "c")
 		got, ok := MulDiv(a, b, c)
 		hi, lo := Mul(a, b).Hi, Mul(a, b).Lo
-		fits := hi < uint64(c)
-		if ok != fits && ok {
-			t.Fatalf("MulDiv(%d, %d, %d) ok with a quotient that does not fit", a, b, c)
+		// The quotient fits in an int64 iff a×b < c × 2^63.
+		limHi, limLo := Mul(c, 1<<62).Hi, Mul(c, 1<<62).Lo // c × 2^62
+		limit := Mul128{limHi, limLo}.Add(Mul128{limHi, limLo})
+		fits := (Mul128{hi, lo}).Less(limit)
+		if ok != fits {
+			t.Fatalf("MulDiv(%d, %d, %d): ok = %v, but the quotient fits: %v", a, b, c, ok, fits)
 		}
 		if ok {
 			// got×c ≤ a×b < (got+1)×c
-			lowHi, lowLo := Mul(got, c).Hi, Mul(got, c).Lo
-			if lowHi > hi || lowHi == hi && lowLo > lo {
+			low := Mul(got, c)
+			if (Mul128{hi, lo}).Less(low) {
 				t.Fatalf("MulDiv(%d, %d, %d) = %d: too large", a, b, c, got)
 			}
-			next := Mul(got, c).Add(Mul(1, c))
-			if !(Mul128{hi, lo}).Less(next) {
+			if !(Mul128{hi, lo}).Less(low.Add(Mul(1, c))) {
 				t.Fatalf("MulDiv(%d, %d, %d) = %d: too small", a, b, c, got)
 			}
 		}
