@@ -54,16 +54,17 @@ type Options struct {
 	// goroutine reads the monotonic clock once per resolution and decisions
 	// use that reading, an atomic load instead of a clock read (which costs
 	// 25-55 ns on a VM, more than the rest of a decision). Decisions then
-	// see time up to one resolution late: conservative, and the cost
-	// admitted over any real interval T stays within
-	// B + rate × (T + ClockResolution). Default 1 ms, the resolution of
-	// nginx's limit_req. Negative: read the monotonic clock at every
-	// decision. Ignored when Now is set.
+	// see time late by the clock's lag — one resolution while the goroutine
+	// runs on time, more if it is starved of CPU. That is conservative (less
+	// refill), and the cost admitted over any real interval T stays within
+	// B + rate × (T + lag). Default 1 ms, the resolution of nginx's
+	// limit_req. Negative: read the monotonic clock at every decision.
+	// Ignored when Now is set.
 	ClockResolution time.Duration
 
-	// MaxKeys bounds the keys held, over all limits. Default 1,048,576
-	// (about 60 MiB of token-bucket state plus the keys' bytes). The store
-	// holds at most MaxKeys, a little fewer when keys fall unevenly on
+	// MaxKeys bounds the states held, over all limits. Default 1,048,576
+	// (about 56 MiB of token-bucket states; no key bytes are kept). The
+	// store holds at most MaxKeys, a little fewer when keys fall unevenly on
 	// shards.
 	MaxKeys int
 
@@ -95,7 +96,8 @@ type Stats struct {
 }
 
 // Store is an in-memory sluice.Limiter. It is safe for concurrent use.
-// Create it with New; Close stops its background sweep.
+// Create it with New; Close stops its background goroutine (the default
+// clock's ticks and the sweep).
 type Store struct {
 	seeds    identSeeds
 	clock    func() int64
