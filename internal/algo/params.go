@@ -33,8 +33,8 @@ type Params struct {
 
 	// Fingerprint identifies the parameters that shape a key's state
 	// (algorithm, quota, window, burst, delay threshold) but not the name.
-	// A store that finds a state written under another fingerprint starts
-	// the key fresh.
+	// Stores make it part of a state's identity, so that a changed limit
+	// finds fresh state. It is the same in every process.
 	Fingerprint uint64
 
 	quota  int64 // atoms per window
