@@ -231,9 +231,12 @@ var Timelines = []Timeline{
 	},
 }
 
-func (s *suite) timelines(t *testing.T) {
+func (s *suite) timelines(t *testing.T) { s.playAll(t, Timelines) }
+
+// playAll plays each timeline on a fresh store, in parallel subtests.
+func (s *suite) playAll(t *testing.T, tables []Timeline) {
 	t.Parallel()
-	for _, tl := range Timelines {
+	for _, tl := range tables {
 		t.Run(tl.Name, func(t *testing.T) {
 			t.Parallel()
 			l, clock := s.store(t)

@@ -52,16 +52,7 @@ var xTimeRateTables = []Timeline{
 	},
 }
 
-func (s *suite) xTimeRateTables(t *testing.T) {
-	t.Parallel()
-	for _, tl := range xTimeRateTables {
-		t.Run(tl.Name, func(t *testing.T) {
-			t.Parallel()
-			l, clock := s.store(t)
-			PlayTimeline(t, l, clock, tl, func(k string) string { return s.key(t, k) })
-		})
-	}
-}
+func (s *suite) xTimeRateTables(t *testing.T) { s.playAll(t, xTimeRateTables) }
 
 // xTimeRateDifferential replays random integer traces (whole rates, bursts
 // and costs, times on a millisecond grid) on the store and on
