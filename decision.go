@@ -11,7 +11,7 @@ const Never time.Duration = math.MaxInt64
 
 // Decision is a Limiter's answer for one key and cost at one instant.
 //
-// Durations are exact to the nanosecond under the store's clock: RetryAfter
+// Durations are exact to the microsecond under the store's clock: RetryAfter
 // is the first instant at which the same cost would be allowed if nothing
 // else spent on the key in between.
 type Decision struct {

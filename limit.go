@@ -108,11 +108,12 @@ type Limit struct {
 
 	// Quota is the cost admitted per Window: the refill of a TokenBucket,
 	// GCRA or LeakyBucket, the count of a window, the slots of Concurrency.
-	// Required; a positive finite number of at most about 9e9.
+	// Required; a positive finite number of at most about 4.5e9.
 	Quota float64
 
 	// Window is the period of Quota; for Concurrency, how long a slot is
-	// held at most before it frees itself. Required; positive, at most
+	// held at most before it frees itself. Required: a whole number of
+	// microseconds (the resolution of every store's clock), at most
 	// MaxWindow.
 	Window time.Duration
 
@@ -185,10 +186,10 @@ func (l Limit) Validate() error {
 	}
 	quota, ok := units.FromCost(l.Quota)
 	if !ok {
-		return bad("quota", l.Quota, "must be a positive finite number between 0.000001 and 9e9")
+		return bad("quota", l.Quota, "must be a positive finite number between 0.000001 and 4.5e9")
 	}
-	if l.Window <= 0 || l.Window > MaxWindow {
-		return bad("window", l.Window, "must be positive and at most ten years")
+	if l.Window <= 0 || l.Window > MaxWindow || l.Window%time.Microsecond != 0 {
+		return bad("window", l.Window, "must be a whole number of microseconds, from 1µs to ten years")
 	}
 	if l.WholeUnits() && (l.Quota != math.Trunc(l.Quota) || l.Quota > MaxEntries) {
 		return bad("quota", l.Quota, fmt.Sprintf("%v counts whole units: must be a whole number up to %d", l.Algorithm, MaxEntries))
@@ -205,12 +206,12 @@ func (l Limit) Validate() error {
 	burst := quota
 	if l.Burst != 0 {
 		if burst, ok = units.FromCost(l.Burst); !ok {
-			return bad("burst", l.Burst, "must be 0 (meaning quota) or a positive finite number between 0.000001 and 9e9")
+			return bad("burst", l.Burst, "must be 0 (meaning quota) or a positive finite number between 0.000001 and 4.5e9")
 		}
 	}
-	rate := units.NewRate(quota, int64(l.Window))
-	if _, ok := rate.Scale(burst); !ok {
-		return bad("burst", l.Capacity(), fmt.Sprintf("burst × window / gcd(quota, window) is too large for exact arithmetic with window %v and quota %v; use a shorter window or round the quota", l.Window, l.Quota))
+	rate := units.NewRate(quota, int64(l.Window/time.Microsecond))
+	if _, ok := rate.Scale(burst); !ok || rate.PerMicro > units.MaxScaled {
+		return bad("burst", l.Capacity(), fmt.Sprintf("too large for exact arithmetic with window %v and quota %v (burst × window / gcd(quota, window) must stay below 2^52 millionths·µs): round the quota (a multiple of 10 often suffices) or shorten the window", l.Window, l.Quota))
 	}
 	if l.Algorithm != LeakyBucket && l.DelayThreshold != 0 {
 		return bad("delay threshold", l.DelayThreshold, "only a leaky_bucket has one: must be 0")

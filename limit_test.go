@@ -20,7 +20,7 @@ func TestValidateAcceptsEveryAlgorithm(t *testing.T) {
 		{Name: "sw", Algorithm: sluice.SlidingWindow, Quota: 1e9, Window: 24 * time.Hour},
 		{Name: "lb", Algorithm: sluice.LeakyBucket, Quota: 2, Window: time.Second, Burst: 3, DelayThreshold: 3},
 		{Name: "cc", Algorithm: sluice.Concurrency, Quota: 8, Window: 30 * time.Second},
-		{Name: "a-b_c.d:e/f", Quota: 1e-6, Window: 1, Burst: 9e9},
+		{Name: "a-b_c.d:e/f", Quota: 1e-6, Window: time.Microsecond, Burst: 4e9},
 	} {
 		if err := l.Validate(); err != nil {
 			t.Errorf("%v: %v", l, err)
@@ -42,6 +42,7 @@ func TestValidateNamesTheField(t *testing.T) {
 		{with(func(l *sluice.Limit) { l.Quota = math.Inf(-1) }), "quota -Inf"},
 		{with(func(l *sluice.Limit) { l.Quota = 1e10 }), "quota 1e+10"},
 		{with(func(l *sluice.Limit) { l.Window = 0 }), "window 0s"},
+		{with(func(l *sluice.Limit) { l.Window = 1500 * time.Nanosecond }), "window 1.5µs: must be a whole number of microseconds"},
 		{with(func(l *sluice.Limit) { l.Burst = math.Inf(1) }), "burst +Inf"},
 		{with(func(l *sluice.Limit) { l.Algorithm, l.Burst = sluice.SlidingWindow, 1 }), "sliding_window has no burst"},
 		{with(func(l *sluice.Limit) { l.Algorithm, l.Quota = sluice.Concurrency, 1.5 }), "concurrency counts whole units"},

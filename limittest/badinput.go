@@ -44,7 +44,8 @@ func (s *suite) badInput(t *testing.T) {
 		{sluice.Limit{Name: "l", Algorithm: sluice.SlidingLog, Quota: 1e6, Window: s1}, "quota 1e+06"},
 		{sluice.Limit{Name: "d", Algorithm: sluice.LeakyBucket, Quota: 5, Window: s1, DelayThreshold: 6}, "delay threshold 6"},
 		{sluice.Limit{Name: "d", Quota: 5, Window: s1, DelayThreshold: 1}, "delay threshold 1"},
-		{sluice.Limit{Name: "o", Quota: 999999.999999, Window: 10 * 365 * 24 * time.Hour, Burst: 9e9}, "too large for exact arithmetic"},
+		{sluice.Limit{Name: "w", Quota: 5, Window: 1500 * time.Nanosecond}, "whole number of microseconds"},
+		{sluice.Limit{Name: "o", Quota: 12345.678901, Window: 10 * 365 * 24 * time.Hour}, "too large for exact arithmetic"},
 	}
 	for _, c := range badLimits {
 		_, err := l.Allow(ctx, key, c.limit, 1)

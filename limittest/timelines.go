@@ -159,7 +159,7 @@ var Timelines = []Timeline{
 		Steps: []Step{
 			{At: 59900 * ms, N: 10, Want: allow(0, time.Minute)},
 			{At: 60100 * ms, N: 10, Want: reject(0, 59800*ms, 59800*ms)},
-			{At: 119900*ms - 1, Want: reject(0, 1, 1)},
+			{At: 119900*ms - time.Microsecond, Want: reject(0, time.Microsecond, time.Microsecond)},
 			{At: 119900 * ms, N: 10, Want: allow(0, time.Minute)},
 		},
 	},

@@ -88,7 +88,7 @@ func step[S any, P interface {
 		return d, err
 	}
 	// The key is full again ResetAfter from the decision's instant.
-	sl.reset = s.resetSecond(call.Now + int64(d.ResetAfter()))
+	sl.reset = s.resetSecond(call.Now + d.ResetAfterMicros())
 	return d, err
 }
 

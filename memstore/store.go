@@ -34,6 +34,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/algo"
 	"github.com/sluicehq/sluice/internal/monoclock"
+	"github.com/sluicehq/sluice/internal/units"
 )
 
 // Options configures a Store. The zero value is valid: every zero field
@@ -100,9 +101,9 @@ type Stats struct {
 // clock's ticks and the sweep).
 type Store struct {
 	seeds    identSeeds
-	clock    func() int64
+	clock    func() int64      // Unix ns
 	coarse   *monoclock.Coarse // the default clock, ticked by run; nil otherwise
-	epoch    int64             // Unix ns of the store's second 0, for reset seconds
+	epoch    int64             // Unix µs of the store's second 0, for reset seconds
 	shards   []shard
 	shift    uint // 64 − log2(len(shards))
 	perShard int
@@ -200,7 +201,7 @@ func New(opts Options) (*Store, error) {
 	}
 	// Reset seconds are uint32 counted from 2^31 s (68 years) before now,
 	// so they cover the next 68 years and a fake clock set far back.
-	s.epoch = s.clock() - math.MaxInt32*int64(time.Second)
+	s.epoch = s.now() - math.MaxInt32*microsPerSecond
 	for i := range s.shards {
 		s.shards[i].rng = uint64(i)*0x9e3779b97f4a7c15 | 1
 	}
@@ -473,12 +474,13 @@ func (s *Store) ticket() uint64 {
 	}
 }
 
-// now reads the store's clock.
+// now reads the store's clock, in Unix microseconds (rounded down: a
+// little early, which is conservative).
 func (s *Store) now() int64 {
 	if s.coarse != nil {
-		return s.coarse.Now()
+		return units.FloorDiv(s.coarse.Now(), units.Micro)
 	}
-	return s.clock()
+	return units.FloorDiv(s.clock(), units.Micro)
 }
 
 // resolve validates one (key, limit, cost) and locates it.
@@ -583,15 +585,17 @@ func (s *Store) eachShard(rs []resolved, f func(*shard)) {
 
 // second is the store-clock second holding now, for reset comparisons.
 func (s *Store) second(now int64) uint32 {
-	return clampSecond((now - s.epoch) / int64(time.Second))
+	return clampSecond((now - s.epoch) / microsPerSecond)
 }
+
+const microsPerSecond = int64(time.Second / time.Microsecond)
 
 // resetSecond is the first store-clock second at or after the reset instant.
 func (s *Store) resetSecond(at int64) uint32 {
 	if at <= s.epoch {
 		return 0
 	}
-	return clampSecond((at - s.epoch + int64(time.Second) - 1) / int64(time.Second))
+	return clampSecond((at - s.epoch + microsPerSecond - 1) / microsPerSecond)
 }
 
 func clampSecond(sec int64) uint32 {

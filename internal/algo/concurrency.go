@@ -1,7 +1,5 @@
 package algo
 
-import "github.com/sluicehq/sluice"
-
 // Concurrency is a semaphore of quota slots whose holders expire: an
 // allowed call holds its cost in slots until Release or until the limit's
 // Window has passed since it was granted, so a crashed holder's slots come
@@ -14,7 +12,7 @@ type Concurrency struct {
 // Holder is one grant of slots.
 type Holder struct {
 	Ticket uint64
-	Until  int64 // Unix nanoseconds at which the slots free themselves
+	Until  int64 // Unix microseconds at which the slots free themselves
 	Cost   int64 // atoms
 }
 
@@ -43,9 +41,9 @@ func (s *Concurrency) Step(p *Params, c Call, commit bool) (Result, error) {
 	}
 	live := s.Holders[expired:]
 	var err error
-	allowed, wait := false, dur(0)
+	allowed, wait := false, int64(0)
 	if c.Cost > p.quota {
-		wait, err = sluice.Never, p.never(c.Cost)
+		wait, err = neverWait, p.never(c.Cost)
 	} else if total+c.Cost <= p.quota {
 		allowed = true
 		total += c.Cost
@@ -54,7 +52,7 @@ func (s *Concurrency) Step(p *Params, c Call, commit bool) (Result, error) {
 		for _, h := range live {
 			need -= h.Cost
 			if need <= 0 {
-				wait = dur(h.Until - c.Now)
+				wait = (h.Until - c.Now)
 				break
 			}
 		}
@@ -67,9 +65,9 @@ func (s *Concurrency) Step(p *Params, c Call, commit bool) (Result, error) {
 	if allowed {
 		last = max(last, until)
 	}
-	reset := dur(0)
+	reset := int64(0)
 	if last > c.Now {
-		reset = dur(last - c.Now)
+		reset = (last - c.Now)
 	}
 	if commit {
 		s.drop(expired)

@@ -28,7 +28,7 @@ func (l *pureLimiter) Allow(_ context.Context, key string, limit sluice.Limit, c
 	if err != nil {
 		return sluice.Decision{}, err
 	}
-	now := l.now().UnixNano()
+	now := l.now().UnixMicro()
 	id := limit.String() + "\x00" + key
 	s, ok := l.states[id]
 	if !ok {

@@ -1,7 +1,6 @@
 package algo
 
 import (
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/units"
 )
 
@@ -11,7 +10,7 @@ import (
 // span across a window boundary (the seed's 00:59.9 / 01:00.1 example);
 // SlidingLog and SlidingWindow do not have that weakness.
 type FixedWindow struct {
-	Start int64 // Unix nanoseconds at which the counted window starts
+	Start int64 // Unix microseconds at which the counted window starts
 	Count int64 // atoms admitted in it
 }
 
@@ -44,18 +43,18 @@ func (s *FixedWindow) Step(p *Params, c Call, commit bool) (Result, error) {
 	if start := windowStart(c.Now, p.window); start > s.Start {
 		next = FixedWindow{Start: start}
 	}
-	allowed, wait := false, dur(0)
+	allowed, wait := false, int64(0)
 	if c.Cost > p.quota {
-		wait, err = sluice.Never, p.never(c.Cost)
+		wait, err = neverWait, p.never(c.Cost)
 	} else if next.Count+c.Cost <= p.quota {
 		allowed = true
 		next.Count += c.Cost
 	} else {
-		wait = dur(next.Start + p.window - c.Now)
+		wait = (next.Start + p.window - c.Now)
 	}
-	reset := dur(0)
+	reset := int64(0)
 	if next.Count > 0 {
-		reset = dur(next.Start + p.window - c.Now)
+		reset = (next.Start + p.window - c.Now)
 	}
 	if commit {
 		*s = next

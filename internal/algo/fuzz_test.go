@@ -29,12 +29,13 @@ func FuzzTraces(f *testing.F) {
 // either refuse them or the algorithm answers without panicking, at any
 // instant, with a consistent decision.
 func FuzzCompile(f *testing.F) {
-	f.Add(uint8(0), 5.0, int64(time.Second), 0.0, 0.0, 1.0, int64(0))
-	f.Add(uint8(5), 2.0, int64(time.Second), 3.0, 1.0, 1.0, int64(math.MaxInt64))
-	f.Add(uint8(3), 1e4, int64(time.Hour), 0.0, 0.0, 3.0, int64(-1))
+	// window is in microseconds.
+	f.Add(uint8(0), 5.0, int64(1e6), 0.0, 0.0, 1.0, int64(0))
+	f.Add(uint8(5), 2.0, int64(1e6), 3.0, 1.0, 1.0, int64(math.MaxInt64))
+	f.Add(uint8(3), 1e4, int64(3.6e9), 0.0, 0.0, 3.0, int64(-1))
 	f.Add(uint8(4), 1e-6, int64(1), 0.0, 0.0, 1e-6, int64(math.MinInt64))
 	f.Fuzz(func(t *testing.T, alg uint8, quota float64, window int64, burst, delay, cost float64, now int64) {
-		l := sluice.Limit{Name: "fuzz", Algorithm: sluice.Algorithm(alg), Quota: quota, Window: time.Duration(window), Burst: burst, DelayThreshold: delay}
+		l := sluice.Limit{Name: "fuzz", Algorithm: sluice.Algorithm(alg), Quota: quota, Window: time.Duration(window) * time.Microsecond, Burst: burst, DelayThreshold: delay}
 		p, err := Compile(l)
 		if err != nil {
 			return

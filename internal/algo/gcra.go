@@ -1,7 +1,6 @@
 package algo
 
 import (
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/units"
 )
 
@@ -12,11 +11,11 @@ import (
 // cost ≤ B, and then TAT = max(TAT, now) + cost / r. It decides exactly as
 // TokenBucket does (the property tests check it on random traces).
 //
-// The TAT is kept exactly: TAT nanoseconds plus Frac scaled units, Frac < r,
-// i.e. TAT + Frac/r nanoseconds.
+// The TAT is kept exactly: TAT microseconds plus Frac scaled units,
+// Frac < r, i.e. TAT + Frac/r microseconds.
 type GCRA struct {
-	TAT  int64 // Unix nanoseconds, whole part
-	Frac int64 // the sub-nanosecond rest, in scaled units, 0 ≤ Frac < r
+	TAT  int64 // Unix microseconds, whole part
+	Frac int64 // the sub-microsecond rest, in scaled units, 0 ≤ Frac < r
 }
 
 var _ State = (*GCRA)(nil)
@@ -27,7 +26,7 @@ func (s *GCRA) Init(_ *Params, now int64) { *s = GCRA{TAT: now} }
 // Floor accepts any instant: an earlier now only means a larger backlog.
 func (s *GCRA) Floor() int64 { return minInstant }
 
-// ResetAt is the TAT rounded up to a nanosecond.
+// ResetAt is the TAT rounded up to a microsecond.
 func (s *GCRA) ResetAt(*Params) int64 {
 	if s.Frac > 0 {
 		return s.TAT + 1
@@ -37,38 +36,38 @@ func (s *GCRA) ResetAt(*Params) int64 {
 
 // Step decides c; see State.
 func (s *GCRA) Step(p *Params, c Call, commit bool) (Result, error) {
-	r := p.rate.PerNano
+	r := p.rate.PerMicro
 	// backlog = (TAT − now) × r + Frac, or "more than the capacity" when the
 	// product would be large (only when the clock stepped far back).
 	var backlog int64
 	over := false
 	if s.TAT > c.Now || (s.TAT == c.Now && s.Frac > 0) {
-		if dt := s.TAT - c.Now; dt > p.capU/r+1 {
+		if dt := s.TAT - c.Now; dt > p.capU/r { // dt×r > capU: the backlog is over capacity
 			over = true
 		} else {
 			backlog = dt*r + s.Frac
 		}
 	}
 	var err error
-	allowed, wait := false, dur(0)
+	allowed, wait := false, int64(0)
 	next := *s
 	if c.Cost > p.cap {
-		wait, err = sluice.Never, p.never(c.Cost)
-	} else if cost := c.Cost * p.rate.PerAtom; !over && backlog+cost <= p.capU {
+		wait, err = neverWait, p.never(c.Cost)
+	} else if cost := c.Cost * p.rate.PerAtom; !over && cost <= p.capU-backlog {
 		allowed = true
 		backlog += cost
 		next = GCRA{TAT: c.Now + backlog/r, Frac: backlog % r}
 	} else {
 		// First t with (TAT − t) × r + Frac + cost ≤ capU.
-		wait = dur(s.TAT + ceilDivSigned(s.Frac+cost-p.capU, r) - c.Now)
+		wait = (s.TAT + ceilDivSigned(s.Frac+cost-p.capU, r) - c.Now)
 	}
 	remaining := int64(0)
 	if !over {
 		remaining = p.rate.Atoms(p.capU - min(backlog, p.capU))
 	}
-	reset := dur(0)
+	reset := int64(0)
 	if at := next.ResetAt(p); at > c.Now {
-		reset = dur(at - c.Now)
+		reset = (at - c.Now)
 	}
 	if commit {
 		*s = next

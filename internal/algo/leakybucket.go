@@ -1,7 +1,5 @@
 package algo
 
-import "github.com/sluicehq/sluice"
-
 // LeakyBucket is a queue of capacity B (the burst) drained at the limit's
 // rate, in the manner of nginx's limit_req. Level is the work queued at
 // Last, in scaled units. At now the work ahead is
@@ -14,7 +12,7 @@ import "github.com/sluicehq/sluice"
 // (excess − delay) / rate.
 type LeakyBucket struct {
 	Level int64 // scaled units queued at Last, 0 ≤ Level ≤ capacity
-	Last  int64 // Unix nanoseconds of the latest call
+	Last  int64 // Unix microseconds of the latest call
 }
 
 var _ State = (*LeakyBucket)(nil)
@@ -26,7 +24,7 @@ func (s *LeakyBucket) Init(_ *Params, now int64) { *s = LeakyBucket{Last: now} }
 func (s *LeakyBucket) Floor() int64 { return s.Last }
 
 // ResetAt is when the queue has drained.
-func (s *LeakyBucket) ResetAt(p *Params) int64 { return s.Last + p.rate.Nanos(s.Level) }
+func (s *LeakyBucket) ResetAt(p *Params) int64 { return s.Last + p.rate.Micros(s.Level) }
 
 // Step decides c; see State.
 func (s *LeakyBucket) Step(p *Params, c Call, commit bool) (Result, error) {
@@ -38,20 +36,20 @@ func (s *LeakyBucket) Step(p *Params, c Call, commit bool) (Result, error) {
 	// free space.
 	ahead := p.capU - p.rate.Refill(p.capU-s.Level, p.capU, c.Now-s.Last)
 	level := ahead
-	allowed, wait := false, dur(0)
+	allowed, wait := false, int64(0)
 	if c.Cost > p.cap {
-		wait, err = sluice.Never, p.never(c.Cost)
+		wait, err = neverWait, p.never(c.Cost)
 	} else if cost := c.Cost * p.rate.PerAtom; ahead+cost <= p.capU {
 		allowed = true
 		level += cost
 		if ahead > p.delayU {
-			wait = dur(p.rate.Nanos(ahead - p.delayU)) // the delay
+			wait = (p.rate.Micros(ahead - p.delayU)) // the delay
 		}
 	} else {
-		wait = dur(p.rate.Nanos(ahead + cost - p.capU))
+		wait = (p.rate.Micros(ahead + cost - p.capU))
 	}
 	if commit {
 		s.Level, s.Last = level, c.Now
 	}
-	return result(allowed, clamped, p.rate.Atoms(p.capU-level), wait, dur(p.rate.Nanos(level))), err
+	return result(allowed, clamped, p.rate.Atoms(p.capU-level), wait, (p.rate.Micros(level))), err
 }

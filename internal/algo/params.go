@@ -6,7 +6,9 @@
 //
 // All arithmetic is on integers (see internal/units), so decisions are exact
 // and replayable: the same calls at the same instants give the same
-// decisions, to the nanosecond.
+// decisions, to the microsecond. Every intermediate value stays below 2^53,
+// so the Lua versions of these algorithms (redisstore), which compute in
+// doubles, decide exactly the same.
 package algo
 
 import (
@@ -38,7 +40,7 @@ type Params struct {
 	Fingerprint uint64
 
 	quota  int64 // atoms per window
-	window int64 // nanoseconds
+	window int64 // microseconds
 	cap    int64 // atoms admitted at once: burst, or quota
 
 	// Token bucket, GCRA and leaky bucket work in scaled units.
@@ -52,7 +54,7 @@ func Compile(l sluice.Limit) (*Params, error) {
 	if err := l.Validate(); err != nil {
 		return nil, err
 	}
-	p := &Params{Limit: l, window: int64(l.Window)}
+	p := &Params{Limit: l, window: int64(l.Window / time.Microsecond)}
 	p.quota, _ = units.FromCost(l.Quota)
 	p.cap = p.quota
 	if l.HasBurst() {
@@ -88,7 +90,7 @@ func (p *Params) Cost(cost float64) (int64, error) {
 			if cost < 1 {
 				return 0, fmt.Errorf("%w: cost %v for limit %q: below the resolution of 0.000001", sluice.ErrInvalidCost, cost, p.Limit.Name)
 			}
-			return 0, fmt.Errorf("%w: cost %v for limit %q: larger than the largest amount (about 9e9)", sluice.ErrInvalidCost, cost, p.Limit.Name)
+			return 0, fmt.Errorf("%w: cost %v for limit %q: larger than the largest amount (about 4.5e9)", sluice.ErrInvalidCost, cost, p.Limit.Name)
 		}
 		return 0, fmt.Errorf("%w: cost %v for limit %q: must be a positive finite number", sluice.ErrInvalidCost, cost, p.Limit.Name)
 	}
@@ -98,7 +100,7 @@ func (p *Params) Cost(cost float64) (int64, error) {
 	return atoms, nil
 }
 
-// Call is one decision to make: at instant Now (Unix nanoseconds), spend
+// Call is one decision to make: at instant Now (Unix microseconds), spend
 // Cost atoms. Ticket is the identity a Concurrency limit gives the slots it
 // grants; stores supply a fresh non-zero one per call.
 type Call struct {
@@ -169,18 +171,21 @@ func NewState(a sluice.Algorithm) State {
 // registers (a larger struct goes through memory, and its copies stall
 // store forwarding on the decision path).
 type Result struct {
-	flags     uint8         // allowed, clamped
-	remaining int64         // atoms
-	wait      time.Duration // RetryAfter when rejected (Never if the cost cannot fit); Delay when allowed
-	reset     time.Duration // ResetAfter
+	flags     uint8 // allowed, clamped
+	remaining int64 // atoms
+	wait      int64 // µs: RetryAfter when rejected (neverWait if the cost cannot fit); Delay when allowed
+	reset     int64 // µs: ResetAfter
 }
+
+// neverWait is the wait of a cost that can never fit.
+const neverWait = math.MaxInt64
 
 const (
 	allowedFlag uint8 = 1 << iota
 	clampedFlag
 )
 
-func result(allowed, clamped bool, remaining int64, wait, reset time.Duration) Result {
+func result(allowed, clamped bool, remaining, wait, reset int64) Result {
 	var f uint8
 	if allowed {
 		f |= allowedFlag
@@ -204,25 +209,31 @@ func (r Result) Remaining() int64 { return r.remaining }
 // RetryAfter is zero when allowed, else when the cost first fits (Never if
 // it cannot).
 func (r Result) RetryAfter() time.Duration {
-	if r.Allowed() {
+	switch {
+	case r.Allowed():
 		return 0
+	case r.wait == neverWait:
+		return sluice.Never
 	}
-	return r.wait
+	return micros(r.wait)
 }
 
 // Delay is how long an allowed LeakyBucket call must wait before it runs.
 func (r Result) Delay() time.Duration {
 	if r.Allowed() {
-		return r.wait
+		return micros(r.wait)
 	}
 	return 0
 }
 
 // ResetAfter is how long until the key is back to full.
-func (r Result) ResetAfter() time.Duration { return r.reset }
+func (r Result) ResetAfter() time.Duration { return micros(r.reset) }
+
+// ResetAfterMicros is ResetAfter in microseconds.
+func (r Result) ResetAfterMicros() int64 { return r.reset }
 
 // Never reports a cost above the capacity.
-func (r Result) Never() bool { return !r.Allowed() && r.wait == sluice.Never }
+func (r Result) Never() bool { return !r.Allowed() && r.wait == neverWait }
 
 // Decision is r as the decision about limit l; ticket is the call's, kept
 // when a Concurrency call is allowed.
@@ -232,7 +243,7 @@ func (r Result) Decision(l sluice.Limit, ticket uint64) sluice.Decision {
 		Limit:      l,
 		Remaining:  units.ToCost(r.remaining),
 		RetryAfter: r.RetryAfter(),
-		ResetAfter: r.reset,
+		ResetAfter: micros(r.reset),
 		Delay:      r.Delay(),
 	}
 	if d.Allowed && l.Algorithm == sluice.Concurrency {
@@ -241,12 +252,12 @@ func (r Result) Decision(l sluice.Limit, ticket uint64) sluice.Decision {
 	return d
 }
 
+func micros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
+
 // never is the error of a cost above the capacity; its Result waits Never.
 func (p *Params) never(cost int64) error {
 	return fmt.Errorf("%w: cost %v, capacity %v of limit %q", sluice.ErrCostExceedsLimit, units.ToCost(cost), units.ToCost(p.cap), p.Limit.Name)
 }
-
-func dur(ns int64) time.Duration { return time.Duration(ns) }
 
 // fingerprint mixes the words with the 64-bit finalizer of MurmurHash3.
 func fingerprint(words ...uint64) uint64 {

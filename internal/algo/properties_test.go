@@ -20,7 +20,7 @@ type traceCase struct {
 }
 
 type callSpec struct {
-	DT      int64  // nanoseconds since the previous call (≥ 0)
+	DT      int64  // microseconds since the previous call (≥ 0)
 	Cost    int64  // atoms
 	Release uint64 // Concurrency only: instead of a call, release this ticket
 }
@@ -41,7 +41,7 @@ func genLimit(alg sluice.Algorithm) *rapid.Generator[sluice.Limit] {
 		if rapid.Bool().Draw(t, "roundWindow") {
 			l.Window = rapid.SampledFrom(windows).Draw(t, "window")
 		} else {
-			l.Window = time.Duration(rapid.Int64Range(1000, 1e10).Draw(t, "oddWindow"))
+			l.Window = time.Duration(rapid.Int64Range(1, 1e7).Draw(t, "oddWindow")) * time.Microsecond
 		}
 		if l.HasBurst() && rapid.Bool().Draw(t, "hasBurst") {
 			l.Burst = float64(rapid.IntRange(1, 200).Draw(t, "halfBurst")) / 2
@@ -62,7 +62,7 @@ func genCase(alg sluice.Algorithm) *rapid.Generator[traceCase] {
 	return rapid.Custom(func(t *rapid.T) traceCase {
 		l := genLimit(alg).Draw(t, "limit")
 		capAtoms, _ := units.FromCost(l.Capacity())
-		interval := max(int64(float64(l.Window)/l.Quota), 1)
+		interval := max(int64(float64(l.Window.Microseconds())/l.Quota), 1)
 		n := rapid.IntRange(1, 80).Draw(t, "n")
 		c := traceCase{Limit: l, Calls: make([]callSpec, n)}
 		for i := range c.Calls {
@@ -73,7 +73,7 @@ func genCase(alg sluice.Algorithm) *rapid.Generator[traceCase] {
 			case 1:
 				call.DT = rapid.Int64Range(0, 2*interval).Draw(t, "near")
 			case 2:
-				call.DT = rapid.Int64Range(0, 3*int64(l.Window)).Draw(t, "far")
+				call.DT = rapid.Int64Range(0, 3*l.Window.Microseconds()).Draw(t, "far")
 			case 3:
 				call.DT = interval * rapid.Int64Range(0, 3).Draw(t, "multiple")
 			}
@@ -175,25 +175,25 @@ func TestPropDecisionsExact(t *testing.T) {
 					rt.Fatalf("call %d: check %+v, commit %+v", i, check, d)
 				}
 				if err := checkDecision(p, event{now, call.Cost, d, err}); err != nil {
-					rt.Fatalf("call %d at +%v cost %d: %v (%+v)", i, time.Duration(now-epoch), call.Cost, err, d)
+					rt.Fatalf("call %d at +%vµs cost %d: %v (%+v)", i, now-epoch, call.Cost, err, d)
 				}
 				if !d.Allowed() && !d.Never() {
-					at := now + int64(d.RetryAfter())
+					at := now + d.RetryAfter().Microseconds()
 					if got, _ := s.Step(p, Call{Now: at, Cost: call.Cost, Ticket: 1 << 62}, false); !got.Allowed() {
 						rt.Fatalf("call %d: not allowed at now+RetryAfter (%v): %+v", i, d.RetryAfter(), got)
 					}
 					if got, _ := s.Step(p, Call{Now: at - 1, Cost: call.Cost, Ticket: 1 << 62}, false); got.Allowed() {
-						rt.Fatalf("call %d: allowed 1ns before now+RetryAfter (%v)", i, d.RetryAfter())
+						rt.Fatalf("call %d: allowed 1µs before now+RetryAfter (%v)", i, d.RetryAfter())
 					}
 				}
 				full := p.cap
-				at := now + int64(d.ResetAfter())
+				at := now + d.ResetAfter().Microseconds()
 				if got, _ := s.Step(p, Call{Now: at, Cost: probe}, false); got.Remaining() != full {
 					rt.Fatalf("call %d: remaining %v at now+ResetAfter (%v), want %v", i, got.Remaining(), d.ResetAfter(), full)
 				}
 				if d.ResetAfter() > 0 {
 					if got, _ := s.Step(p, Call{Now: at - 1, Cost: probe}, false); got.Remaining() == full {
-						rt.Fatalf("call %d: full 1ns before now+ResetAfter (%v)", i, d.ResetAfter())
+						rt.Fatalf("call %d: full 1µs before now+ResetAfter (%v)", i, d.ResetAfter())
 					}
 				}
 			}
@@ -235,9 +235,9 @@ func burstBound(p *Params, events []event) error {
 				continue
 			}
 			// sum − B must have been refilled in t_j − t_i.
-			if elapsed := admitted[j].Now - admitted[i].Now; elapsed < p.rate.Nanos(sum-p.capU) {
-				return fmt.Errorf("admitted %v in %v, bound %v + rate × elapsed",
-					units.ToCost(sum/p.rate.PerAtom), time.Duration(elapsed), units.ToCost(p.cap))
+			if elapsed := admitted[j].Now - admitted[i].Now; elapsed < p.rate.Micros(sum-p.capU) {
+				return fmt.Errorf("admitted %v in %vµs, bound %v + rate × elapsed",
+					units.ToCost(sum/p.rate.PerAtom), elapsed, units.ToCost(p.cap))
 			}
 		}
 	}
@@ -262,7 +262,7 @@ func TestPropBurstPlusRateBound(t *testing.T) {
 type uncappedBucket struct{ TokenBucket }
 
 func (s *uncappedBucket) Step(p *Params, c Call, _ bool) (Result, error) {
-	s.Tokens += min(c.Now-s.Last, p.capU/p.rate.PerNano) * p.rate.PerNano // no min(B, …)
+	s.Tokens += min(c.Now-s.Last, p.capU/p.rate.PerMicro) * p.rate.PerMicro // no min(B, …)
 	s.Last = c.Now
 	allowed := false
 	if cost := c.Cost * p.rate.PerAtom; cost <= s.Tokens {
@@ -300,8 +300,8 @@ func windowBound(events []event, span int64, max int64) error {
 			}
 		}
 		if sum > max {
-			return fmt.Errorf("%v admitted in the %v ending at +%v, more than %v",
-				units.ToCost(sum), time.Duration(span), time.Duration(e.Now-epoch), units.ToCost(max))
+			return fmt.Errorf("%v admitted in the %vµs ending at +%vµs, more than %v",
+				units.ToCost(sum), span, e.Now-epoch, units.ToCost(max))
 		}
 	}
 	return nil
@@ -314,7 +314,7 @@ func fixedWindowBound(events []event, w, max int64) error {
 		if e.D.Allowed() {
 			k := windowStart(e.Now, w)
 			if sums[k] += e.Cost; sums[k] > max {
-				return fmt.Errorf("%v admitted in the window at +%v, more than %v", units.ToCost(sums[k]), time.Duration(k-epoch), units.ToCost(max))
+				return fmt.Errorf("%v admitted in the window at +%vµs, more than %v", units.ToCost(sums[k]), k-epoch, units.ToCost(max))
 			}
 		}
 	}
@@ -429,10 +429,10 @@ func TestPropLeakyBucketPacesStarts(t *testing.T) {
 			if !e.D.Allowed() {
 				continue
 			}
-			start := e.Now + int64(e.D.Delay())
-			if prevStart != math.MinInt64 && start < prevStart+(prevCost*p.rate.PerAtom)/p.rate.PerNano {
-				rt.Fatalf("call %d starts at +%v, %v after the previous start, before its cost drained",
-					i, time.Duration(start-epoch), time.Duration(start-prevStart))
+			start := e.Now + e.D.Delay().Microseconds()
+			if prevStart != math.MinInt64 && start < prevStart+(prevCost*p.rate.PerAtom)/p.rate.PerMicro {
+				rt.Fatalf("call %d starts at +%vµs, %vµs after the previous start, before its cost drained",
+					i, start-epoch, start-prevStart)
 			}
 			prevStart, prevCost = start, e.Cost
 		}

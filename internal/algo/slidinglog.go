@@ -1,7 +1,5 @@
 package algo
 
-import "github.com/sluicehq/sluice"
-
 // SlidingLog keeps the instant and cost of every admitted call still inside
 // the sliding window, and admits a cost when the costs admitted in
 // (now − W, now] plus this one stay within the quota: at most the quota in
@@ -14,7 +12,7 @@ type SlidingLog struct {
 
 // LogEntry is the cost admitted at one instant.
 type LogEntry struct {
-	At   int64 // Unix nanoseconds
+	At   int64 // Unix microseconds
 	Cost int64 // atoms
 }
 
@@ -52,9 +50,9 @@ func (s *SlidingLog) Step(p *Params, c Call, commit bool) (Result, error) {
 		expired++
 	}
 	live := s.Entries[expired:]
-	allowed, wait := false, dur(0)
+	allowed, wait := false, int64(0)
 	if c.Cost > p.quota {
-		wait, err = sluice.Never, p.never(c.Cost)
+		wait, err = neverWait, p.never(c.Cost)
 	} else if total+c.Cost <= p.quota {
 		allowed = true
 		total += c.Cost
@@ -64,16 +62,16 @@ func (s *SlidingLog) Step(p *Params, c Call, commit bool) (Result, error) {
 		for _, e := range live {
 			need -= e.Cost
 			if need <= 0 {
-				wait = dur(e.At + p.window - c.Now)
+				wait = (e.At + p.window - c.Now)
 				break
 			}
 		}
 	}
-	reset := dur(0)
+	reset := int64(0)
 	if allowed {
-		reset = dur(p.window)
+		reset = (p.window)
 	} else if len(live) > 0 {
-		reset = dur(live[len(live)-1].At + p.window - c.Now)
+		reset = (live[len(live)-1].At + p.window - c.Now)
 	}
 	if commit {
 		s.drop(expired)

@@ -1,7 +1,6 @@
 package algo
 
 import (
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/units"
 )
 
@@ -17,7 +16,7 @@ import (
 // 2 × quota, and exactly the quota when arrivals in the previous window were
 // uniform. All comparisons are exact (128-bit products).
 type SlidingWindow struct {
-	Start int64 // Unix nanoseconds at which the current window starts
+	Start int64 // Unix microseconds at which the current window starts
 	Prev  int64 // atoms admitted in the previous window
 	Cur   int64 // atoms admitted in the current window
 }
@@ -66,25 +65,25 @@ func (s *SlidingWindow) Step(p *Params, c Call, commit bool) (Result, error) {
 	w, q := p.window, p.quota
 	next := s.at(c.Now, w)
 	e := c.Now - next.Start
-	allowed, wait := false, dur(0)
+	allowed, wait := false, int64(0)
 	// estimate×W = Prev×(W−e) + Cur×W, compared with quota×W.
 	weighted := units.Mul(next.Prev, w-e)
 	if c.Cost > q {
-		wait, err = sluice.Never, p.never(c.Cost)
+		wait, err = neverWait, p.never(c.Cost)
 	} else if !units.Mul(q, w).Less(weighted.Add(units.Mul(next.Cur+c.Cost, w))) {
 		allowed = true
 		next.Cur += c.Cost
 	} else {
-		wait = dur(next.retryAt(q, w, c.Cost) - c.Now)
+		wait = (next.retryAt(q, w, c.Cost) - c.Now)
 	}
 	// Remaining = floor((quota×W − Prev×(W−e) − Cur×W) / W), at least 0.
 	remaining := int64(0)
 	if room := q - next.Cur; room > 0 && weighted.Less(units.Mul(room, w)) {
 		remaining = room - ceilDiv128(weighted, w)
 	}
-	reset := dur(0)
+	reset := int64(0)
 	if at := next.ResetAt(p); at > c.Now {
-		reset = dur(at - c.Now)
+		reset = (at - c.Now)
 	}
 	if commit {
 		*s = next

@@ -8,8 +8,9 @@ import (
 	"github.com/sluicehq/sluice"
 )
 
-// epoch is 2026-01-01T00:00:00Z, aligned to every window used here.
-var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+// epoch is 2026-01-01T00:00:00Z in Unix microseconds, aligned to every
+// window used here.
+var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixMicro()
 
 const (
 	ms = time.Millisecond
@@ -34,10 +35,10 @@ func TestClockBackwards(t *testing.T) {
 			p, _ := Compile(l)
 			s := NewState(alg)
 			s.Init(p, epoch)
-			if _, err := s.Step(p, Call{Now: epoch + int64(2*s1), Cost: 1e6, Ticket: 1}, true); err != nil {
+			if _, err := s.Step(p, Call{Now: epoch + (2*s1).Microseconds(), Cost: 1e6, Ticket: 1}, true); err != nil {
 				t.Fatal(err)
 			}
-			d, err := s.Step(p, Call{Now: epoch + int64(s1), Cost: 1e6, Ticket: 2}, true)
+			d, err := s.Step(p, Call{Now: epoch + (s1).Microseconds(), Cost: 1e6, Ticket: 2}, true)
 			tolerant := alg == sluice.GCRA || alg == sluice.Concurrency
 			if tolerant {
 				if err != nil {
@@ -51,7 +52,7 @@ func TestClockBackwards(t *testing.T) {
 			if !errors.Is(err, ErrClockBackwards) || d.Allowed() {
 				t.Fatalf("(allowed, err) = (%v, %v), want (false, ErrClockBackwards)", d.Allowed(), err)
 			}
-			if s.Floor() != epoch+int64(2*s1) && s.Floor() != windowStart(epoch+int64(2*s1), int64(s1)) {
+			if s.Floor() != epoch+(2*s1).Microseconds() && s.Floor() != windowStart(epoch+(2*s1).Microseconds(), s1.Microseconds()) {
 				t.Errorf("Floor = %d, want the last instant or its window", s.Floor())
 			}
 		})
@@ -65,7 +66,7 @@ func TestConcurrencyExpiryAndRelease(t *testing.T) {
 	s := new(Concurrency)
 	s.Init(p, epoch)
 	step := func(at time.Duration, ticket uint64) Result {
-		d, err := s.Step(p, Call{Now: epoch + int64(at), Cost: 1e6, Ticket: ticket}, true)
+		d, err := s.Step(p, Call{Now: epoch + (at).Microseconds(), Cost: 1e6, Ticket: ticket}, true)
 		if err != nil {
 			t.Fatal(err)
 		}

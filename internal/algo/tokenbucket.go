@@ -1,7 +1,5 @@
 package algo
 
-import "github.com/sluicehq/sluice"
-
 // TokenBucket is the seed's token bucket: Tokens, in scaled units, refilled
 // at the limit's rate since Last and capped at the burst; a cost is admitted
 // when Tokens holds at least that much, and taken from it:
@@ -13,7 +11,7 @@ import "github.com/sluicehq/sluice"
 // and the cost admitted over any interval T is at most B + r × T.
 type TokenBucket struct {
 	Tokens int64 // scaled units, 0 ≤ Tokens ≤ capacity
-	Last   int64 // Unix nanoseconds of the latest call
+	Last   int64 // Unix microseconds of the latest call
 }
 
 var _ State = (*TokenBucket)(nil)
@@ -25,7 +23,7 @@ func (s *TokenBucket) Init(p *Params, now int64) { *s = TokenBucket{Tokens: p.ca
 func (s *TokenBucket) Floor() int64 { return s.Last }
 
 // ResetAt is when the bucket is full again.
-func (s *TokenBucket) ResetAt(p *Params) int64 { return s.Last + p.rate.Nanos(p.capU-s.Tokens) }
+func (s *TokenBucket) ResetAt(p *Params) int64 { return s.Last + p.rate.Micros(p.capU-s.Tokens) }
 
 // Step decides c; see State.
 func (s *TokenBucket) Step(p *Params, c Call, commit bool) (Result, error) {
@@ -34,17 +32,17 @@ func (s *TokenBucket) Step(p *Params, c Call, commit bool) (Result, error) {
 		return Result{}, err
 	}
 	tokens := p.rate.Refill(s.Tokens, p.capU, c.Now-s.Last)
-	allowed, wait := false, dur(0)
+	allowed, wait := false, int64(0)
 	if c.Cost > p.cap {
-		wait, err = sluice.Never, p.never(c.Cost)
+		wait, err = neverWait, p.never(c.Cost)
 	} else if cost := c.Cost * p.rate.PerAtom; cost <= tokens { // ≤ capU: no overflow
 		allowed = true
 		tokens -= cost
 	} else {
-		wait = dur(p.rate.Nanos(cost - tokens))
+		wait = (p.rate.Micros(cost - tokens))
 	}
 	if commit {
 		s.Tokens, s.Last = tokens, c.Now
 	}
-	return result(allowed, clamped, p.rate.Atoms(tokens), wait, dur(p.rate.Nanos(p.capU-tokens))), err
+	return result(allowed, clamped, p.rate.Atoms(tokens), wait, (p.rate.Micros(p.capU - tokens))), err
 }

@@ -2,12 +2,17 @@
 //
 // Costs, quotas and bursts are counted in atoms, millionths of a cost unit,
 // so the fractional costs of the contract (2.5, 0.1) are whole numbers. Time
-// is counted in nanoseconds. A rate of Q atoms per W nanoseconds is reduced
-// by gcd(Q, W) to a pair (PerNano, PerAtom): a scaled unit is then both
-// 1/PerAtom of an atom and the refill of 1/PerNano of a nanosecond, so a
-// token bucket's level, its refill and a cost are all integers of the same
-// unit and every comparison is exact. Nothing here rounds except the one
-// conversion of a caller's float64 into atoms.
+// is counted in microseconds, the resolution of Redis's TIME. A rate of Q
+// atoms per W microseconds is reduced by gcd(Q, W) to a pair (PerMicro,
+// PerAtom): a scaled unit is then both 1/PerAtom of an atom and the refill
+// of 1/PerMicro of a microsecond, so a token bucket's level, its refill and
+// a cost are all integers of the same unit and every comparison is exact.
+// Nothing here rounds except the one conversion of a caller's float64 into
+// atoms.
+//
+// Every quantity, and every sum of two, stays below 2^53, so a float64 holds
+// it exactly: Redis's Lua, which only has doubles, computes the same
+// decisions as Go.
 package units
 
 import (
@@ -19,13 +24,15 @@ import (
 // have a resolution of one millionth.
 const PerCost = 1_000_000
 
-// MaxAtoms bounds every amount in atoms (2^53, about 9e9 cost units), so a
-// float64 holds each amount exactly.
-const MaxAtoms = 1 << 53
+// MaxAtoms bounds every amount in atoms (2^52, about 4.5e9 cost units).
+const MaxAtoms = 1 << 52
 
-// MaxScaled bounds a scaled quantity (a bucket's capacity in scaled units);
-// 2^62 leaves room for the sum of two of them in an int64.
-const MaxScaled = 1 << 62
+// MaxScaled bounds a scaled quantity (a bucket's capacity in scaled units)
+// and a rate's PerMicro: 2^52, so that the sum of two is below 2^53.
+const MaxScaled = 1 << 52
+
+// Micro is a microsecond in nanoseconds.
+const Micro = 1000
 
 // FromCost converts x cost units to atoms, rounded to the nearest atom. It
 // reports false when x is NaN, infinite, not positive, rounds to zero atoms,
@@ -44,23 +51,23 @@ func FromCost(x float64) (int64, bool) {
 // ToCost converts atoms back to cost units.
 func ToCost(atoms int64) float64 { return float64(atoms) / PerCost }
 
-// Rate is a refill rate of Q atoms per W nanoseconds in lowest terms. In
-// scaled units, one nanosecond refills PerNano units and one atom is PerAtom
-// units. The zero Rate is invalid.
+// Rate is a refill rate of Q atoms per W microseconds in lowest terms. In
+// scaled units, one microsecond refills PerMicro units and one atom is
+// PerAtom units. The zero Rate is invalid.
 type Rate struct {
-	PerNano int64 // scaled units refilled per nanosecond: Q / gcd(Q, W)
-	PerAtom int64 // scaled units per atom: W / gcd(Q, W)
-	fills   int64 // nanoseconds that refill any level up to MaxScaled
-	perNano Divisor
-	perAtom Divisor
+	PerMicro int64 // scaled units refilled per microsecond: Q / gcd(Q, W)
+	PerAtom  int64 // scaled units per atom: W / gcd(Q, W)
+	fills    int64 // microseconds that refill any level up to MaxScaled
+	perMicro Divisor
+	perAtom  Divisor
 }
 
-// NewRate returns the rate of quotaAtoms per windowNanos; both must be > 0.
-func NewRate(quotaAtoms, windowNanos int64) Rate {
-	g := gcd(quotaAtoms, windowNanos)
-	r := Rate{PerNano: quotaAtoms / g, PerAtom: windowNanos / g}
-	r.fills = MaxScaled / r.PerNano
-	r.perNano, r.perAtom = NewDivisor(r.PerNano), NewDivisor(r.PerAtom)
+// NewRate returns the rate of quotaAtoms per windowMicros; both must be > 0.
+func NewRate(quotaAtoms, windowMicros int64) Rate {
+	g := gcd(quotaAtoms, windowMicros)
+	r := Rate{PerMicro: quotaAtoms / g, PerAtom: windowMicros / g}
+	r.fills = CeilDiv(MaxScaled, r.PerMicro)
+	r.perMicro, r.perAtom = NewDivisor(r.PerMicro), NewDivisor(r.PerAtom)
 	return r
 }
 
@@ -78,17 +85,21 @@ func (r Rate) Scale(atoms int64) (int64, bool) {
 // rounding down.
 func (r *Rate) Atoms(units int64) int64 { return r.perAtom.Div(units) }
 
-// Nanos returns the time, rounded up to a whole nanosecond, that the rate
-// needs to refill units (0 ≤ units ≤ 2^63 − PerNano).
-func (r *Rate) Nanos(units int64) int64 { return r.perNano.CeilDiv(units) }
+// Micros returns the time, rounded up to a whole microsecond, that the rate
+// needs to refill units (0 ≤ units ≤ 2 × MaxScaled).
+func (r *Rate) Micros(units int64) int64 { return r.perMicro.CeilDiv(units) }
 
-// Refill returns level plus what elapsed nanoseconds refill, capped at max.
-// It never overflows: level <= max <= MaxScaled and elapsed >= 0.
+// Refill returns level plus what elapsed microseconds refill, capped at
+// max. level ≤ max ≤ MaxScaled and elapsed ≥ 0; every intermediate stays
+// below 2^53.
 func (r *Rate) Refill(level, max, elapsed int64) int64 {
-	if elapsed >= r.fills { // refills any level (and the product could overflow)
+	if elapsed >= r.fills { // refills any level (and the product would be large)
 		return max
 	}
-	return min(max, level+elapsed*r.PerNano) // < 2^63
+	if add := elapsed * r.PerMicro; add < max-level { // add < MaxScaled + PerMicro ≤ 2^53
+		return level + add
+	}
+	return max
 }
 
 // CeilDiv returns ceil(a/b) for a >= 0 and b > 0.

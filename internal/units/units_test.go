@@ -76,7 +76,7 @@ func TestFromCost(t *testing.T) {
 	}{
 		{1, 1e6, true}, {2.5, 2_500_000, true}, {0.1, 100_000, true}, {1e-6, 1, true},
 		{4e-7, 0, false}, {0, 0, false}, {-1, 0, false}, {math.NaN(), 0, false},
-		{math.Inf(1), 0, false}, {9.007199254740992e9, MaxAtoms, true}, {1e10, 0, false},
+		{math.Inf(1), 0, false}, {float64(MaxAtoms) / PerCost, MaxAtoms, true}, {5e9, 0, false},
 	} {
 		got, ok := FromCost(c.in)
 		if got != c.want || ok != c.ok {
