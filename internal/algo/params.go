@@ -236,18 +236,20 @@ func (r Result) ResetAfterMicros() int64 { return r.reset }
 func (r Result) Never() bool { return !r.Allowed() && r.wait == neverWait }
 
 // Decision is r as the decision about limit l; ticket is the call's, kept
-// when a Concurrency call is allowed.
+// when a Concurrency call is allowed. (Written to be inlined: it builds the
+// large Decision in the caller's frame.)
 func (r Result) Decision(l sluice.Limit, ticket uint64) sluice.Decision {
-	d := sluice.Decision{
-		Allowed:    r.Allowed(),
-		Limit:      l,
-		Remaining:  units.ToCost(r.remaining),
-		RetryAfter: r.RetryAfter(),
-		ResetAfter: micros(r.reset),
-		Delay:      r.Delay(),
-	}
-	if d.Allowed && l.Algorithm == sluice.Concurrency {
-		d.Ticket = ticket
+	d := sluice.Decision{Limit: l, Remaining: units.ToCost(r.remaining), ResetAfter: micros(r.reset)}
+	switch {
+	case r.flags&allowedFlag != 0:
+		d.Allowed, d.Delay = true, micros(r.wait)
+		if l.Algorithm == sluice.Concurrency {
+			d.Ticket = ticket
+		}
+	case r.wait == neverWait:
+		d.RetryAfter = sluice.Never
+	default:
+		d.RetryAfter = micros(r.wait)
 	}
 	return d
 }

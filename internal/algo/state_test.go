@@ -35,7 +35,7 @@ func TestClockBackwards(t *testing.T) {
 			p, _ := Compile(l)
 			s := NewState(alg)
 			s.Init(p, epoch)
-			if _, err := s.Step(p, Call{Now: epoch + (2*s1).Microseconds(), Cost: 1e6, Ticket: 1}, true); err != nil {
+			if _, err := s.Step(p, Call{Now: epoch + (2 * s1).Microseconds(), Cost: 1e6, Ticket: 1}, true); err != nil {
 				t.Fatal(err)
 			}
 			d, err := s.Step(p, Call{Now: epoch + (s1).Microseconds(), Cost: 1e6, Ticket: 2}, true)
