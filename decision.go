@@ -48,3 +48,32 @@ type Decision struct {
 
 // Never reports whether the cost can never be allowed under the limit.
 func (d Decision) Never() bool { return !d.Allowed && d.RetryAfter == Never }
+
+// Combine is the decision of several limits of one request, as
+// Limiter.AllowAll defines it: allowed only if all are; when rejected, the
+// rejecting decision with the longest RetryAfter (the first on a tie); when
+// allowed, the decision with the least Remaining (the first on a tie), with
+// Delay the longest of all; Ticket always zero. ds must not be empty.
+// Stores use it; callers have AllowAll.
+func Combine(ds []Decision) Decision {
+	pick, delay := 0, time.Duration(0)
+	allowed := true
+	for _, d := range ds {
+		allowed = allowed && d.Allowed
+		delay = max(delay, d.Delay)
+	}
+	for i, d := range ds[1:] {
+		p := &ds[pick]
+		if allowed && d.Remaining < p.Remaining ||
+			!allowed && !d.Allowed && (p.Allowed || d.RetryAfter > p.RetryAfter) {
+			pick = i + 1
+		}
+	}
+	d := ds[pick]
+	d.Allowed = allowed
+	if allowed {
+		d.Delay = delay
+	}
+	d.Ticket = 0
+	return d
+}

@@ -11,6 +11,8 @@ package limittest
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"os"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -60,6 +62,21 @@ func (s *suite) store(t *testing.T) (sluice.Limiter, *Clock) {
 // key returns a key unique to this run and test.
 func (s *suite) key(t *testing.T, k string) string {
 	return s.prefix + "/" + t.Name() + "/" + k
+}
+
+// seed is the seed of the random traces: 7, or SLUICE_LIMITTEST_SEED to
+// explore others (a failure names the seed to reproduce it).
+func seed(t *testing.T) uint64 {
+	s, err := strconv.ParseUint(os.Getenv("SLUICE_LIMITTEST_SEED"), 10, 64)
+	if err != nil {
+		return 7
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("random traces from SLUICE_LIMITTEST_SEED=%d", s)
+		}
+	})
+	return s
 }
 
 func runPrefix() string {

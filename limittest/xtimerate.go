@@ -61,7 +61,7 @@ func (s *suite) xTimeRateTables(t *testing.T) { s.playAll(t, xTimeRateTables) }
 func (s *suite) xTimeRateDifferential(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	rng := rand.New(rand.NewPCG(1, 2))
+	rng := rand.New(rand.NewPCG(1, seed(t)))
 	l, clock := s.store(t)
 	for trace := range 200 {
 		r := 1 + rng.IntN(50)

@@ -322,32 +322,9 @@ func (s *Store) AllowAll(_ context.Context, reqs []sluice.Request, mode sluice.M
 	}
 	s.unlockAll(rs)
 	copy(each, ds)
-	return combine(ds), errors.Join(errs...)
+	return sluice.Combine(ds), errors.Join(errs...)
 }
 
-// combine is the decision of several: see sluice.Limiter.AllowAll.
-func combine(ds []sluice.Decision) sluice.Decision {
-	pick, delay := 0, time.Duration(0)
-	allowed := true
-	for _, d := range ds {
-		allowed = allowed && d.Allowed
-		delay = max(delay, d.Delay)
-	}
-	for i, d := range ds[1:] {
-		p := &ds[pick]
-		if allowed && d.Remaining < p.Remaining ||
-			!allowed && !d.Allowed && (p.Allowed || d.RetryAfter > p.RetryAfter) {
-			pick = i + 1
-		}
-	}
-	d := ds[pick]
-	d.Allowed = allowed
-	if allowed {
-		d.Delay = delay
-	}
-	d.Ticket = 0
-	return d
-}
 
 // Release frees the slots a Concurrency decision holds; see sluice.Limiter.
 func (s *Store) Release(_ context.Context, key string, limit sluice.Limit, ticket uint64) error {

@@ -72,6 +72,29 @@ func Compile(l sluice.Limit) (*Params, error) {
 	return p, nil
 }
 
+// Integers are a limit's compiled parameters, for an implementation of the
+// algorithms outside Go (redisstore's Lua) to compute exactly the same.
+type Integers struct {
+	Algorithm sluice.Algorithm
+	CapU      int64 // capacity in scaled units (token bucket, GCRA, leaky bucket)
+	PerMicro  int64 // scaled units refilled per microsecond
+	PerAtom   int64 // scaled units per atom
+	Fills     int64 // microseconds that refill any level
+	Cap       int64 // capacity in atoms
+	Quota     int64 // quota in atoms
+	Window    int64 // microseconds
+	DelayU    int64 // leaky bucket delay threshold in scaled units
+}
+
+// Integers returns the compiled parameters. For the window algorithms and
+// Concurrency the rate fields are zero.
+func (p *Params) Integers() Integers {
+	return Integers{
+		Algorithm: p.Limit.Algorithm, CapU: p.capU, PerMicro: p.rate.PerMicro, PerAtom: p.rate.PerAtom,
+		Fills: p.rate.Fills(), Cap: p.cap, Quota: p.quota, Window: p.window, DelayU: p.delayU,
+	}
+}
+
 // CapacityAtoms is the most cost, in atoms, the limit admits at once; a
 // cost above it is answered Never, which reads a state without changing it.
 func (p *Params) CapacityAtoms() int64 { return p.cap }
@@ -100,7 +123,9 @@ func (p *Params) Cost(cost float64) (int64, error) {
 	return atoms, nil
 }
 
-// Call is one decision to make: at instant Now (Unix microseconds), spend
+// Call is one decision to make: at instant Now (Unix microseconds of a real
+// clock: with windows of at most ten years, every instant computed then
+// stays below 2^53 until well past the year 2200), spend
 // Cost atoms. Ticket is the identity a Concurrency limit gives the slots it
 // grants; stores supply a fresh non-zero one per call.
 type Call struct {
@@ -255,6 +280,9 @@ func (r Result) Decision(l sluice.Limit, ticket uint64) sluice.Decision {
 }
 
 func micros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
+
+// NeverError is the error of a cost (in atoms) above the capacity.
+func (p *Params) NeverError(cost int64) error { return p.never(cost) }
 
 // never is the error of a cost above the capacity; its Result waits Never.
 func (p *Params) never(cost int64) error {

@@ -81,6 +81,10 @@ func (r Rate) Scale(atoms int64) (int64, bool) {
 	return int64(lo), true
 }
 
+// Fills is how many microseconds refill any level: past it, a bucket is
+// full whatever it held.
+func (r *Rate) Fills() int64 { return r.fills }
+
 // Atoms converts scaled units (0 ≤ units ≤ MaxScaled) to whole atoms,
 // rounding down.
 func (r *Rate) Atoms(units int64) int64 { return r.perAtom.Div(units) }

@@ -1,0 +1,690 @@
+// Package redisstore is the sluice.Limiter for a fleet: every process asks
+// one Redis (or Redis Cluster), and every decision is one atomic script on
+// the server, on the server's clock.
+//
+// A decision is one EVALSHA of one embedded script (EVAL only after an
+// explicit NOSCRIPT, never to replay a call whose outcome is unknown, which
+// could spend twice). The script reads Redis TIME, runs the same integer
+// algorithms as internal/algo (transcribed in Lua, exact because every
+// value stays below 2^53), and writes each state with the expiry of its
+// reset: no key is ever left without a TTL. Several limits of one call are
+// decided by one script when their keys share a hash slot (always on a
+// single node; on a Cluster, the states of one key under several limits
+// do); otherwise see Store.AllowAll for the weaker semantics.
+//
+// When Redis cannot answer (timeout, refused connection, LOADING,
+// CLUSTERDOWN…), each limit's Policy decides: allow, reject, or decide
+// locally at Quota/Instances. A breaker stops calling a dead Redis after a
+// few failures, so an outage costs each decision nothing but the policy,
+// and lets a probe through every BreakerCooldown: decisions go back to
+// Redis as soon as it answers.
+package redisstore
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/algo"
+	"github.com/sluicehq/sluice/internal/units"
+	"github.com/sluicehq/sluice/memstore"
+)
+
+// Policy is what a limit decides when Redis cannot answer.
+type Policy uint8
+
+const (
+	// FailOpen allows the request (the default: availability first).
+	FailOpen Policy = iota
+	// FailClosed rejects it, RetryAfter Options.FailClosedRetryAfter.
+	FailClosed
+	// FailLocal decides it in this process, at Quota/Instances and
+	// Burst/Instances, so that a fleet of Instances keeps roughly the limit.
+	FailLocal
+)
+
+// String returns "fail_open", "fail_closed" or "fail_local".
+func (p Policy) String() string {
+	switch p {
+	case FailOpen:
+		return "fail_open"
+	case FailClosed:
+		return "fail_closed"
+	case FailLocal:
+		return "fail_local"
+	}
+	return "policy(" + strconv.Itoa(int(p)) + ")"
+}
+
+// Options configures a Store. Client is required; every other zero field
+// means its documented default.
+type Options struct {
+	// Client talks to Redis: NewRueidis(rueidisClient), or
+	// goredis.New(goRedisClient). Required. The store does not close it.
+	Client Client
+
+	// Prefix starts every key. Default "sluice". At most 64 bytes, no '{'
+	// or '}'.
+	Prefix string
+
+	// KeyHMAC, when set, is the secret with which keys are hashed
+	// (HMAC-SHA256, 128 bits kept) before they reach Redis: no raw identity
+	// is stored there. Changing it starts every key fresh.
+	KeyHMAC []byte
+
+	// Timeout bounds each call to Redis. Default 50 ms.
+	Timeout time.Duration
+
+	// Policy is what a limit decides when Redis cannot answer, unless
+	// Policies names it. Default FailOpen.
+	Policy Policy
+	// Policies sets the policy of limits by name.
+	Policies map[string]Policy
+	// Instances is the number of processes sharing the limits, by which
+	// FailLocal divides them. Default 1.
+	Instances int
+	// FailClosedRetryAfter is the RetryAfter of a FailClosed rejection.
+	// Default 1 s.
+	FailClosedRetryAfter time.Duration
+
+	// BreakerFailures is how many consecutive failed calls open the
+	// breaker. Default 3.
+	BreakerFailures int
+	// BreakerCooldown is how long the breaker stays open before it lets a
+	// probe through. Default 200 ms.
+	BreakerCooldown time.Duration
+
+	// DenyCache, when positive, is the number of rejected keys remembered
+	// in process: a key Redis rejected until T is rejected locally until T,
+	// without a round trip. Only single-limit calls (Allow) use it. Off by
+	// default: it trades exact remaining counts for fewer calls.
+	DenyCache int
+
+	// TestNow, for tests only, makes decisions use this clock instead of
+	// Redis TIME (the conformance suite runs on a fake clock), and keeps
+	// keys an hour past their reset so that a clock running ahead of
+	// Redis's does not see them expire.
+	TestNow func() time.Time
+}
+
+// Defaults.
+const (
+	DefaultPrefix               = "sluice"
+	DefaultTimeout              = 50 * time.Millisecond
+	DefaultFailClosedRetryAfter = time.Second
+	DefaultBreakerFailures      = 3
+	DefaultBreakerCooldown      = 200 * time.Millisecond
+)
+
+// Stats are counters of a Store's life.
+type Stats struct {
+	Calls          uint64 // script calls sent to Redis
+	NoScript       uint64 // NOSCRIPT replies, answered by sending the script (EVAL)
+	Failures       uint64 // calls that failed to get an answer (timeout, transport, unavailable)
+	Timeouts       uint64 // of which timeouts
+	FailOpen       uint64 // decisions made by the FailOpen policy
+	FailClosed     uint64 // decisions made by the FailClosed policy
+	FailLocal      uint64 // decisions made by the FailLocal policy
+	BreakerOpen    bool   // whether the breaker is open now
+	BreakerOpens   uint64 // times the breaker opened
+	DenyCacheHits  uint64 // rejections answered locally (DenyCache)
+	Compensations  uint64 // spends undone after a multi-limit call across hash slots was rejected
+	ClockBackwards uint64 // decisions whose Redis clock was behind a key's state (clamped)
+}
+
+// Store is a Redis-backed sluice.Limiter. It is safe for concurrent use.
+type Store struct {
+	client   Client
+	keys     keyer
+	timeout  time.Duration
+	policy   Policy
+	policies map[string]Policy
+	fleet    int
+	closedRA time.Duration
+	testNow  func() time.Time
+	breaker  *breaker
+	deny     *denyCache
+	local    *memstore.Store // FailLocal's limiter
+
+	limitsMu sync.Mutex
+	limits   atomic.Pointer[map[sluice.Limit]*compiled]
+
+	calls, noScript, failures, timeouts     atomic.Uint64
+	failOpen, failClosed, failLocal         atomic.Uint64
+	denyHits, compensations, clockBackwards atomic.Uint64
+}
+
+var _ sluice.Limiter = (*Store)(nil)
+
+// compiled is a limit ready for the script.
+type compiled struct {
+	params    *algo.Params
+	ints      algo.Integers
+	limitPart string    // key prefix of the limit's states
+	argv      [9]string // the limit's fixed script parameters
+	policy    Policy
+	local     sluice.Limit // the FailLocal limit
+}
+
+// New returns a Store.
+func New(opts Options) (*Store, error) {
+	if opts.Client == nil {
+		return nil, errors.New("redisstore: Options.Client is required (redisstore.NewRueidis or goredis.New)")
+	}
+	prefix := cmp.Or(opts.Prefix, DefaultPrefix)
+	if len(prefix) > 64 || strings.ContainsAny(prefix, "{}") {
+		return nil, fmt.Errorf("redisstore: Prefix %q: at most 64 bytes, without '{' or '}'", prefix)
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"Timeout", opts.Timeout}, {"FailClosedRetryAfter", opts.FailClosedRetryAfter}, {"BreakerCooldown", opts.BreakerCooldown}} {
+		if d.v < 0 {
+			return nil, fmt.Errorf("redisstore: %s %v: must not be negative (0 means the default)", d.name, d.v)
+		}
+	}
+	if opts.Instances < 0 || opts.BreakerFailures < 0 || opts.DenyCache < 0 {
+		return nil, fmt.Errorf("redisstore: Instances %d, BreakerFailures %d, DenyCache %d: must not be negative", opts.Instances, opts.BreakerFailures, opts.DenyCache)
+	}
+	for name, p := range opts.Policies {
+		if p > FailLocal {
+			return nil, fmt.Errorf("redisstore: Policies[%q] = %d: unknown policy", name, p)
+		}
+	}
+	if opts.Policy > FailLocal {
+		return nil, fmt.Errorf("redisstore: Policy %d: unknown policy", opts.Policy)
+	}
+	local, err := memstore.New(memstore.Options{})
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{
+		client:   opts.Client,
+		keys:     newKeyer(prefix, opts.KeyHMAC),
+		timeout:  cmp.Or(opts.Timeout, DefaultTimeout),
+		policy:   opts.Policy,
+		policies: opts.Policies,
+		fleet:    cmp.Or(opts.Instances, 1),
+		closedRA: cmp.Or(opts.FailClosedRetryAfter, DefaultFailClosedRetryAfter),
+		testNow:  opts.TestNow,
+		breaker: &breaker{
+			threshold: int64(cmp.Or(opts.BreakerFailures, DefaultBreakerFailures)),
+			cooldown:  cmp.Or(opts.BreakerCooldown, DefaultBreakerCooldown),
+			now:       time.Now,
+		},
+		local: local,
+	}
+	if opts.DenyCache > 0 {
+		s.deny = newDenyCache(opts.DenyCache)
+	}
+	empty := map[sluice.Limit]*compiled{}
+	s.limits.Store(&empty)
+	return s, nil
+}
+
+// Close releases the store's in-process resources (the FailLocal limiter).
+// It does not close the Client. Idempotent.
+func (s *Store) Close() error { return s.local.Close() }
+
+// Stats returns the store's counters.
+func (s *Store) Stats() Stats {
+	return Stats{
+		Calls: s.calls.Load(), NoScript: s.noScript.Load(), Failures: s.failures.Load(), Timeouts: s.timeouts.Load(),
+		FailOpen: s.failOpen.Load(), FailClosed: s.failClosed.Load(), FailLocal: s.failLocal.Load(),
+		BreakerOpen: s.breaker.isOpen(), BreakerOpens: s.breaker.opens.Load(),
+		DenyCacheHits: s.denyHits.Load(), Compensations: s.compensations.Load(), ClockBackwards: s.clockBackwards.Load(),
+	}
+}
+
+// request is one limit of a call, ready for the script.
+type request struct {
+	c      *compiled
+	key    string // the Redis key
+	slot   uint16
+	cost   int64 // atoms
+	ticket uint64
+	at     int64 // for undo: the instant the spend was decided (µs)
+}
+
+// Allow decides whether cost may be spent on key under limit now; see
+// sluice.Limiter. Bad input is refused before any call to Redis. When
+// Redis cannot answer, the limit's Policy decides (and the error is nil).
+// A reply Redis should never send is an error naming it, never an allow.
+func (s *Store) Allow(ctx context.Context, key string, limit sluice.Limit, cost float64) (sluice.Decision, error) {
+	var r request
+	if err := s.resolve(&r, key, limit, cost); err != nil {
+		return sluice.Decision{}, err
+	}
+	if s.deny != nil {
+		if d, ok := s.deny.get(r.key, time.Now()); ok {
+			s.denyHits.Add(1)
+			return d, nil
+		}
+	}
+	var res [1]result
+	if err := s.run(ctx, 'd', sluice.AllOrNothing, []request{r}, res[:]); err != nil {
+		if !isOutage(err) {
+			return sluice.Decision{}, err
+		}
+		return s.fallback(ctx, []request{r}, []sluice.Request{{Key: key, Limit: limit, Cost: cost}}, sluice.AllOrNothing, nil)
+	}
+	d, err := s.decision(&r, res[0])
+	if s.deny != nil && !d.Allowed && err == nil {
+		s.deny.put(r.key, d, time.Now())
+	}
+	return d, err
+}
+
+// AllowAll decides several limits as one; see sluice.Limiter. When all the
+// keys share a hash slot (always on a single Redis; on a Cluster, a key's
+// states under several limits do) it is one atomic script. Across hash
+// slots of a Cluster the guarantee is weaker: each slot's limits are
+// decided atomically, all slots at once; if any rejects, the spends of
+// the others are undone by a second call (in RejectionsCount mode, only
+// Concurrency slots are). In between, a concurrent caller can see those
+// spends, so it may be rejected where it would not have been: the weaker
+// semantics under-admit, they never over-admit. A spend whose undo fails
+// stays spent.
+func (s *Store) AllowAll(ctx context.Context, reqs []sluice.Request, mode sluice.Mode, each []sluice.Decision) (sluice.Decision, error) {
+	if mode != sluice.AllOrNothing && mode != sluice.RejectionsCount {
+		return sluice.Decision{}, fmt.Errorf("%w: unknown mode %d", sluice.ErrInvalidRequest, mode)
+	}
+	if each != nil && len(each) != len(reqs) {
+		return sluice.Decision{}, fmt.Errorf("%w: %d decisions for %d requests", sluice.ErrInvalidRequest, len(each), len(reqs))
+	}
+	if len(reqs) == 0 {
+		return sluice.Decision{}, fmt.Errorf("%w: no requests", sluice.ErrInvalidRequest)
+	}
+	rs := make([]request, len(reqs))
+	for i, q := range reqs {
+		if err := s.resolve(&rs[i], q.Key, q.Limit, q.Cost); err != nil {
+			return sluice.Decision{}, fmt.Errorf("request %d: %w", i, err)
+		}
+		for j := range i {
+			if rs[j].key == rs[i].key {
+				return sluice.Decision{}, fmt.Errorf("%w: requests %d and %d have the same limit name %q and key", sluice.ErrInvalidRequest, j, i, q.Limit.Name)
+			}
+		}
+		if q.Limit.Algorithm == sluice.Concurrency && each == nil {
+			return sluice.Decision{}, fmt.Errorf("%w: request %d is a concurrency limit: pass each to receive its ticket", sluice.ErrInvalidRequest, i)
+		}
+	}
+	res := make([]result, len(rs))
+	if err := s.decideGroups(ctx, rs, mode, res); err != nil {
+		if !isOutage(err) {
+			return sluice.Decision{}, err
+		}
+		return s.fallback(ctx, rs, reqs, mode, each)
+	}
+	ds := make([]sluice.Decision, len(rs))
+	var errs []error
+	for i := range rs {
+		var err error
+		if ds[i], err = s.decision(&rs[i], res[i]); err != nil {
+			errs = append(errs, fmt.Errorf("request %d: %w", i, err))
+		}
+	}
+	copy(each, ds)
+	return sluice.Combine(ds), errors.Join(errs...)
+}
+
+// Release frees the slots a Concurrency decision holds; see sluice.Limiter.
+func (s *Store) Release(ctx context.Context, key string, limit sluice.Limit, ticket uint64) error {
+	if limit.Algorithm != sluice.Concurrency {
+		return fmt.Errorf("%w: Release is for concurrency limits, %q is a %v", sluice.ErrInvalidRequest, limit.Name, limit.Algorithm)
+	}
+	var r request
+	if err := s.resolve(&r, key, limit, 1); err != nil {
+		return err
+	}
+	r.ticket = ticket
+	var res [1]result
+	_ = s.local.Release(ctx, key, r.c.local, ticket) // in case FailLocal granted it
+	if err := s.run(ctx, 'r', sluice.AllOrNothing, []request{r}, res[:]); err != nil {
+		return fmt.Errorf("%w (a slot not released frees itself after the limit's window)", err)
+	}
+	return nil
+}
+
+// decideGroups runs one script per hash slot (one in all when the keys
+// share one, or on a single node), and undoes the spends of the others
+// when a Cluster call across slots is rejected.
+func (s *Store) decideGroups(ctx context.Context, rs []request, mode sluice.Mode, res []result) error {
+	groups := s.groups(rs)
+	if len(groups) == 1 {
+		return s.run(ctx, 'd', mode, rs, res)
+	}
+	// Across slots: each slot at once, then compensation.
+	grouped := make([][]request, len(groups))
+	results := make([][]result, len(groups))
+	errs := make([]error, len(groups))
+	var wg sync.WaitGroup
+	for g, idx := range groups {
+		grouped[g] = make([]request, len(idx))
+		for j, i := range idx {
+			grouped[g][j] = rs[i]
+		}
+		results[g] = make([]result, len(idx))
+		wg.Go(func() { errs[g] = s.run(ctx, 'd', mode, grouped[g], results[g]) })
+	}
+	wg.Wait()
+	allowed := true
+	for g, idx := range groups {
+		for j, i := range idx {
+			res[i] = results[g][j]
+			allowed = allowed && (errs[g] != nil || res[i].allowed())
+		}
+	}
+	rejected := !allowed || errors.Join(errs...) != nil
+	if rejected {
+		// Undo what the answering slots spent, in AllOrNothing mode all of
+		// it, in RejectionsCount mode the concurrency slots only.
+		for g, idx := range groups {
+			if errs[g] != nil {
+				continue
+			}
+			var undo []request
+			var where []int
+			for j, i := range idx {
+				if r := results[g][j]; r.allowed() && !r.unspent() && (mode == sluice.AllOrNothing || rs[i].c.ints.Algorithm == sluice.Concurrency) {
+					u := grouped[g][j]
+					u.at = r.at
+					undo, where = append(undo, u), append(where, i)
+				}
+			}
+			if len(undo) == 0 {
+				continue
+			}
+			s.compensations.Add(uint64(len(undo)))
+			out := make([]result, len(undo))
+			if err := s.run(ctx, 'u', mode, undo, out); err == nil {
+				for k, i := range where {
+					out[k].flags |= flagAllowed // it would have fit
+					res[i] = out[k]
+				}
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// groups splits request indexes by hash slot, keeping their order; one
+// group off a Cluster.
+func (s *Store) groups(rs []request) [][]int {
+	all := make([]int, len(rs))
+	for i := range rs {
+		all[i] = i
+	}
+	if !s.client.Cluster() {
+		return [][]int{all}
+	}
+	var groups [][]int
+	var slots []uint16
+	for i, r := range rs {
+		g := 0
+		for g < len(slots) && slots[g] != r.slot {
+			g++
+		}
+		if g == len(slots) {
+			slots, groups = append(slots, r.slot), append(groups, nil)
+		}
+		groups[g] = append(groups[g], i)
+	}
+	return groups
+}
+
+// resolve validates one (key, limit, cost) and locates its state.
+func (s *Store) resolve(r *request, key string, limit sluice.Limit, cost float64) error {
+	c, err := s.compile(limit)
+	if err != nil {
+		return err
+	}
+	if err := sluice.ValidateKey(key); err != nil {
+		return err
+	}
+	if r.cost, err = c.params.Cost(cost); err != nil {
+		return err
+	}
+	tag := s.keys.tag(key)
+	r.c, r.key, r.slot = c, stateKey(c.limitPart, tag), slot(tag)
+	if limit.Algorithm == sluice.Concurrency {
+		r.ticket = rand.Uint64() | 1
+	}
+	return nil
+}
+
+// compile returns the cached compilation of limit.
+func (s *Store) compile(limit sluice.Limit) (*compiled, error) {
+	if c, ok := (*s.limits.Load())[limit]; ok {
+		return c, nil
+	}
+	p, err := algo.Compile(limit)
+	if err != nil {
+		return nil, err
+	}
+	ints := p.Integers()
+	c := &compiled{params: p, ints: ints, limitPart: s.keys.limitPart(limit.Name, p.Fingerprint), policy: s.policy}
+	if pol, ok := s.policies[limit.Name]; ok {
+		c.policy = pol
+	}
+	for i, v := range []int64{int64(ints.Algorithm), ints.CapU, ints.PerMicro, ints.PerAtom, ints.Cap, ints.Quota, ints.Window, ints.DelayU, ints.Fills} {
+		c.argv[i] = strconv.FormatInt(v, 10)
+	}
+	c.local = scaleDown(limit, s.fleet)
+	s.limitsMu.Lock()
+	defer s.limitsMu.Unlock()
+	old := *s.limits.Load()
+	next := make(map[sluice.Limit]*compiled, len(old)+1)
+	if len(old) < 4096 {
+		for k, v := range old {
+			next[k] = v
+		}
+	}
+	next[limit] = c
+	s.limits.Store(&next)
+	return c, nil
+}
+
+// scaleDown is limit divided among n processes, for FailLocal.
+func scaleDown(l sluice.Limit, n int) sluice.Limit {
+	if n <= 1 {
+		return l
+	}
+	div := func(v float64) float64 {
+		v /= float64(n)
+		if l.WholeUnits() {
+			return max(1, math.Floor(v))
+		}
+		return max(v, 1e-6)
+	}
+	l.Quota = div(l.Quota)
+	if l.Burst != 0 {
+		l.Burst = div(l.Burst)
+	}
+	l.DelayThreshold = min(l.DelayThreshold, l.Capacity())
+	return l
+}
+
+// result is one key's part of a script reply.
+type result struct {
+	flags     int64
+	remaining int64 // atoms
+	wait      int64 // µs, -1 never
+	reset     int64 // µs
+	at        int64 // µs: the instant decided
+}
+
+const (
+	flagAllowed = 1
+	flagClamped = 2
+	flagUnspent = 4 // the state as it is: nothing was spent (a rejected call's part that fit, an undo)
+)
+
+func (r result) allowed() bool { return r.flags&flagAllowed != 0 }
+func (r result) unspent() bool { return r.flags&flagUnspent != 0 }
+
+// run makes one script call for rs (which must share a hash slot on a
+// Cluster) and parses its reply into res. It applies the timeout and the
+// breaker; an error is an outage (see isOutage) or a reply that makes no
+// sense.
+func (s *Store) run(ctx context.Context, op byte, mode sluice.Mode, rs []request, res []result) error {
+	ok, probe := s.breaker.allow()
+	if !ok {
+		return errBreakerOpen
+	}
+	keys := make([]string, len(rs))
+	args := make([]string, 4, 4+scriptParams*len(rs))
+	args[0] = "1"
+	if s.testNow != nil {
+		args[1] = strconv.FormatInt(s.testNow().UnixMicro(), 10)
+	}
+	args[2] = string(op)
+	args[3] = "0"
+	if mode == sluice.RejectionsCount {
+		args[3] = "1"
+	}
+	for i, r := range rs {
+		keys[i] = r.key
+		args = append(args, r.c.argv[:]...)
+		args = append(args, strconv.FormatInt(r.cost, 10), strconv.FormatUint(r.ticket, 10), strconv.FormatInt(r.at, 10))
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	s.calls.Add(1)
+	reply, err := s.client.EvalSHA(ctx, scriptSHA, keys, args)
+	if re := (*ReplyError)(nil); errors.As(err, &re) && re.NoScript() {
+		s.noScript.Add(1)
+		reply, err = s.client.Eval(ctx, script, keys, args)
+	}
+	if err != nil {
+		if isOutage(err) {
+			s.failures.Add(1)
+			if errors.Is(err, context.DeadlineExceeded) {
+				s.timeouts.Add(1)
+			}
+			s.breaker.failure(probe)
+		} else {
+			s.breaker.success(probe) // Redis answered
+		}
+		return fmt.Errorf("redisstore: %w", err)
+	}
+	s.breaker.success(probe)
+	return parseReply(op, reply, rs, res)
+}
+
+// parseReply checks a script reply to op against the protocol and the
+// limits asked about, and fills res.
+func parseReply(op byte, reply []int64, rs []request, res []result) error {
+	bad := func(why string) error { return fmt.Errorf("%w: %s (reply %v)", errBadReply, why, truncated(reply)) }
+	if len(reply) != 2+5*len(rs) {
+		return bad(fmt.Sprintf("%d values for %d keys", len(reply), len(rs)))
+	}
+	if reply[0] != scriptProtocol {
+		return bad(fmt.Sprintf("script protocol %d, want %d: an old or foreign script answered", reply[0], scriptProtocol))
+	}
+	for i, r := range rs {
+		v := reply[2+5*i : 7+5*i]
+		x := result{flags: v[0], remaining: v[1], wait: v[2], reset: v[3], at: v[4]}
+		decided := op == 'd'
+		if x.flags < 0 || x.flags > 7 || x.remaining < 0 || x.remaining > r.c.ints.Cap || x.wait < -1 || x.reset < 0 ||
+			(x.allowed() && (x.wait == -1 || !decided)) ||
+			(decided && !x.allowed() && (x.unspent() || x.wait == 0 || (x.wait == -1) != (r.cost > r.c.ints.Cap))) ||
+			(!decided && (x.wait != 0 || !x.unspent())) {
+			return bad(fmt.Sprintf("key %d: flags %d, remaining %d, wait %d, reset %d", i, x.flags, x.remaining, x.wait, x.reset))
+		}
+		res[i] = x
+	}
+	return nil
+}
+
+func truncated(v []int64) []int64 {
+	if len(v) > 12 {
+		return v[:12]
+	}
+	return v
+}
+
+// decision turns a result into the sluice.Decision about r's limit.
+func (s *Store) decision(r *request, x result) (sluice.Decision, error) {
+	if x.flags&flagClamped != 0 {
+		s.clockBackwards.Add(1)
+	}
+	d := sluice.Decision{
+		Allowed:    x.allowed(),
+		Limit:      r.c.params.Limit,
+		Remaining:  units.ToCost(x.remaining),
+		ResetAfter: time.Duration(x.reset) * time.Microsecond,
+	}
+	switch {
+	case d.Allowed:
+		d.Delay = time.Duration(x.wait) * time.Microsecond
+		if r.c.ints.Algorithm == sluice.Concurrency && !x.unspent() {
+			d.Ticket = r.ticket
+		}
+	case x.wait == -1:
+		d.RetryAfter = sluice.Never
+		return d, r.c.params.NeverError(r.cost)
+	default:
+		d.RetryAfter = time.Duration(x.wait) * time.Microsecond
+	}
+	return d, nil
+}
+
+// errBreakerOpen: the breaker is open; no call was made.
+var errBreakerOpen = errors.New("redisstore: breaker open after repeated failures")
+
+// isOutage reports an error that means Redis could not answer (as opposed
+// to answering something wrong): the failure policy applies.
+func isOutage(err error) bool {
+	if errors.Is(err, errBreakerOpen) {
+		return true
+	}
+	var re *ReplyError
+	if errors.As(err, &re) {
+		return re.Unavailable()
+	}
+	return !errors.Is(err, errBadReply)
+}
+
+// fallback decides reqs by their policies, Redis being unreachable.
+func (s *Store) fallback(ctx context.Context, rs []request, reqs []sluice.Request, mode sluice.Mode, each []sluice.Decision) (sluice.Decision, error) {
+	ds := make([]sluice.Decision, len(rs))
+	var local []sluice.Request
+	var where []int
+	for i, r := range rs {
+		switch r.c.policy {
+		case FailOpen:
+			s.failOpen.Add(1)
+			ds[i] = sluice.Decision{Allowed: true, Limit: r.c.params.Limit}
+		case FailClosed:
+			s.failClosed.Add(1)
+			ds[i] = sluice.Decision{Limit: r.c.params.Limit, RetryAfter: s.closedRA}
+		case FailLocal:
+			s.failLocal.Add(1)
+			q := reqs[i]
+			q.Limit = r.c.local
+			local, where = append(local, q), append(where, i)
+		}
+	}
+	var err error
+	if len(local) > 0 {
+		out := make([]sluice.Decision, len(local))
+		_, err = s.local.AllowAll(ctx, local, mode, out)
+		for k, i := range where {
+			ds[i] = out[k]
+			ds[i].Limit = rs[i].c.params.Limit
+		}
+	}
+	copy(each, ds)
+	return sluice.Combine(ds), err
+}
+
