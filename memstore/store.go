@@ -325,7 +325,6 @@ func (s *Store) AllowAll(_ context.Context, reqs []sluice.Request, mode sluice.M
 	return sluice.Combine(ds), errors.Join(errs...)
 }
 
-
 // Release frees the slots a Concurrency decision holds; see sluice.Limiter.
 func (s *Store) Release(_ context.Context, key string, limit sluice.Limit, ticket uint64) error {
 	if limit.Algorithm != sluice.Concurrency {

@@ -687,4 +687,3 @@ func (s *Store) fallback(ctx context.Context, rs []request, reqs []sluice.Reques
 	copy(each, ds)
 	return sluice.Combine(ds), err
 }
-
