@@ -76,10 +76,12 @@ func rueidisReply(res rueidis.RedisResult) ([]int64, error) {
 	}
 	v, err := res.AsIntSlice()
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", errBadReply, err)
+		return nil, fmt.Errorf("%w: %v", ErrBadReply, err)
 	}
 	return v, nil
 }
 
-// errBadReply: Redis answered something the script never sends.
-var errBadReply = errors.New("redisstore: unexpected reply from Redis")
+// ErrBadReply is a reply the script never sends: an integer array of the
+// wrong shape, or something else than an integer array. It is an error,
+// never an allow; Clients wrap it for replies of the wrong type.
+var ErrBadReply = errors.New("redisstore: unexpected reply from Redis")

@@ -584,7 +584,7 @@ func (s *Store) run(ctx context.Context, op byte, mode sluice.Mode, rs []request
 // parseReply checks a script reply to op against the protocol and the
 // limits asked about, and fills res.
 func parseReply(op byte, reply []int64, rs []request, res []result) error {
-	bad := func(why string) error { return fmt.Errorf("%w: %s (reply %v)", errBadReply, why, truncated(reply)) }
+	bad := func(why string) error { return fmt.Errorf("%w: %s (reply %v)", ErrBadReply, why, truncated(reply)) }
 	if len(reply) != 2+5*len(rs) {
 		return bad(fmt.Sprintf("%d values for %d keys", len(reply), len(rs)))
 	}
@@ -652,7 +652,7 @@ func isOutage(err error) bool {
 	if errors.As(err, &re) {
 		return re.Unavailable()
 	}
-	return !errors.Is(err, errBadReply)
+	return !errors.Is(err, ErrBadReply)
 }
 
 // fallback decides reqs by their policies, Redis being unreachable.

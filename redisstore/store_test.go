@@ -1,9 +1,11 @@
 package redisstore_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 	"go.uber.org/goleak"
 
@@ -11,6 +13,7 @@ import (
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/limittest"
 	"github.com/sluicehq/sluice/redisstore"
+	"github.com/sluicehq/sluice/redisstore/goredis"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -41,4 +44,25 @@ func TestConformance(t *testing.T) {
 	limittest.Run(t, func(t *testing.T, now func() time.Time) sluice.Limiter {
 		return newStore(t, redisstore.Options{Client: client, TestNow: now})
 	})
+}
+
+// The conformance suite through a go-redis client.
+func TestConformanceGoRedis(t *testing.T) {
+	rc := redis.NewClient(&redis.Options{Addr: redistest.Addr(t), MaxRetries: -1})
+	t.Cleanup(func() { rc.Close() })
+	client, err := goredis.New(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	limittest.Run(t, func(t *testing.T, now func() time.Time) sluice.Limiter {
+		return newStore(t, redisstore.Options{Client: client, TestNow: now})
+	})
+}
+
+func TestGoRedisRefusesRetries(t *testing.T) {
+	rc := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // default MaxRetries: 3
+	t.Cleanup(func() { rc.Close() })
+	if _, err := goredis.New(rc); err == nil || !strings.Contains(err.Error(), "MaxRetries") {
+		t.Fatalf("goredis.New of a retrying client: %v; want an error naming MaxRetries", err)
+	}
 }
