@@ -7,7 +7,7 @@ BENCHTIME ?= 1s
 COUNT     ?= 6
 OUT       := bench/out
 
-.PHONY: test lint fuzz bench bench-memory help
+.PHONY: test lint fuzz bench bench-memory bench-redis fault help
 
 help:
 	@echo "make test          the tests, with -race and -shuffle (the README's test command)"
@@ -15,6 +15,8 @@ help:
 	@echo "make fuzz          every fuzz target for FUZZTIME (default $(FUZZTIME))"
 	@echo "make bench         benchmarks against x/time/rate and go-limiter, COUNT runs, benchstat in $(OUT)/"
 	@echo "make bench-memory  the memory figures: heap per key at 1e6 keys, 1e7 keys under MaxKeys 1e6"
+	@echo "make bench-redis   decisions/s on Redis against redis_rate and redis-benchmark's ceiling"
+	@echo "make fault         the Redis outage run with the issue's bounds (timeout + 10 ms)"
 
 test:
 	$(GO) test -race -shuffle=on -count=1 ./...
@@ -44,3 +46,6 @@ bench:
 bench-memory:
 	mkdir -p $(OUT)
 	cd bench && $(GO) test -run '^$$' -bench 'HeapPerKey|TenMillion' -benchtime 1x -count 1 . | tee ../$(OUT)/memory.txt
+
+fault:
+	SLUICE_FAULT=1 $(GO) test -run 'Outage|Policies' -count=1 -v ./redisstore

@@ -4,6 +4,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
+	"fmt"
 	"hash"
 	"strconv"
 	"strings"
@@ -37,7 +38,7 @@ func newKeyer(prefix string, secret []byte) keyer {
 
 // limitPart is the key's prefix for a limit: computed once per limit.
 func (k keyer) limitPart(name string, fingerprint uint64) string {
-	return k.prefix + ":" + strconv.Itoa(len(name)) + ":" + name + ":" + strconv.FormatUint(fingerprint|1<<63, 16)[1:] + ":"
+	return fmt.Sprintf("%s:%d:%s:%016x:", k.prefix, len(name), name, fingerprint)
 }
 
 // tag returns the hash tag of key.

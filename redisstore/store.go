@@ -265,7 +265,7 @@ func (s *Store) Allow(ctx context.Context, key string, limit sluice.Limit, cost 
 		return sluice.Decision{}, err
 	}
 	if s.deny != nil {
-		if d, ok := s.deny.get(r.key, time.Now()); ok {
+		if d, ok := s.deny.get(r.key, s.localNow()); ok {
 			s.denyHits.Add(1)
 			return d, nil
 		}
@@ -279,9 +279,18 @@ func (s *Store) Allow(ctx context.Context, key string, limit sluice.Limit, cost 
 	}
 	d, err := s.decision(&r, res[0])
 	if s.deny != nil && !d.Allowed && err == nil {
-		s.deny.put(r.key, d, time.Now())
+		s.deny.put(r.key, d, s.localNow())
 	}
 	return d, err
+}
+
+// localNow is the clock of what the store does in process (the deny
+// cache): TestNow when set.
+func (s *Store) localNow() time.Time {
+	if s.testNow != nil {
+		return s.testNow()
+	}
+	return time.Now()
 }
 
 // AllowAll decides several limits as one; see sluice.Limiter. When all the

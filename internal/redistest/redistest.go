@@ -182,9 +182,10 @@ func StartCluster(t testing.TB, n int) []*Server {
 	return nodes
 }
 
-// Proxy forwards TCP connections to a target and can blackhole them: stop
-// forwarding in both directions while keeping the connections open, as a
-// network partition does.
+// Proxy forwards TCP connections to a target and can blackhole them: hold
+// everything in both directions while keeping the connections open, as a
+// network partition does (TCP delivers the held bytes once it heals; it
+// does not drop them from a live connection).
 type Proxy struct {
 	l      net.Listener
 	target string
@@ -214,7 +215,7 @@ func StartProxy(t testing.TB, target string) *Proxy {
 func (p *Proxy) Addr() string { return p.l.Addr().String() }
 
 // Blackhole stops (true) or resumes (false) forwarding. Bytes sent while
-// blackholed are dropped.
+// blackholed are held, and delivered when forwarding resumes.
 func (p *Proxy) Blackhole(on bool) {
 	p.mu.Lock()
 	p.hole = on
@@ -266,7 +267,10 @@ func (p *Proxy) pipe(from, to net.Conn) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := from.Read(buf)
-		if n > 0 && !p.blackholed() {
+		for p.blackholed() && p.ctx.Err() == nil {
+			time.Sleep(time.Millisecond)
+		}
+		if n > 0 {
 			if _, err := to.Write(buf[:n]); err != nil {
 				return
 			}
