@@ -49,3 +49,8 @@ bench-memory:
 
 fault:
 	SLUICE_FAULT=1 $(GO) test -run 'Outage|Policies' -count=1 -v ./redisstore
+
+bench-redis:
+	mkdir -p $(OUT)
+	cd bench && $(GO) test -run '^$$' -bench 'Redis' -benchtime 5s -count $(COUNT) . | tee ../$(OUT)/redis.txt
+	$(TOOL) benchstat -col /impl $(OUT)/redis.txt | tee $(OUT)/redis.benchstat

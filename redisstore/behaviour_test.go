@@ -143,7 +143,7 @@ func TestGarbageIsAnError(t *testing.T) {
 	if err != nil || len(keys) != 1 {
 		t.Fatalf("KEYS: %v, %v", keys, err)
 	}
-	if err := rc.Do(ctx, rc.B().Set().Key(keys[0]).Value("not msgpack \xc1").Build()).Error(); err != nil {
+	if err := rc.Do(ctx, rc.B().Set().Key(keys[0]).Value("not msgpack \xc1").Px(time.Minute).Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
 	if d, err := s.Allow(ctx, key, limit, 1); err == nil || d.Allowed {

@@ -123,7 +123,7 @@ func TestLinearizable(t *testing.T) {
 	}{
 		// The race: 64 callers, 4 tries each, for a capacity of 100 that
 		// does not refill.
-		{"race", sluice.Limit{Name: "lz-race", Quota: 100, Window: sluice.MaxWindow}, 64, 4, 5, true},
+		{"race", sluice.Limit{Name: "lz-race", Quota: 100, Window: time.Hour}, 64, 4, 5, true},
 		// A bucket that refills while 8 callers hammer it.
 		{"refilling", sluice.Limit{Name: "lz-refill", Quota: 2000, Window: time.Second, Burst: 10}, 8, 150, 3, true},
 	} {
@@ -155,7 +155,7 @@ func TestLinearizable(t *testing.T) {
 // that contradict their real-time order — is refused.
 func TestLinearizableCatchesBrokenHistories(t *testing.T) {
 	s := newStore(t, redisstore.Options{Client: serverClock{sharedClient(t)}, Timeout: 5 * time.Second})
-	limit := sluice.Limit{Name: "lz-neg", Quota: 20, Window: sluice.MaxWindow}
+	limit := sluice.Limit{Name: "lz-neg", Quota: 20, Window: time.Hour}
 	model := tokenBucketModel(limit)
 	history := record(t, s, unique(t, "k"), limit, 1, 20) // one caller: 20 allowed, in order
 	if res := porcupine.CheckOperationsTimeout(model, history, time.Minute); res != porcupine.Ok {

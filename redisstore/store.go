@@ -557,6 +557,9 @@ func (s *Store) run(ctx context.Context, op byte, mode sluice.Mode, rs []request
 		args[1] = strconv.FormatInt(s.testNow().UnixMicro(), 10)
 	}
 	args[2] = string(op)
+	if op == 'r' {
+		args[2] = "u" // the script releases a ticket by undoing its grant
+	}
 	args[3] = "0"
 	if mode == sluice.RejectionsCount {
 		args[3] = "1"
@@ -568,11 +571,12 @@ func (s *Store) run(ctx context.Context, op byte, mode sluice.Mode, rs []request
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
+	sc := scriptFor(rs)
 	s.calls.Add(1)
-	reply, err := s.client.EvalSHA(ctx, scriptSHA, keys, args)
+	reply, err := s.client.EvalSHA(ctx, sc.sha, keys, args)
 	if re := (*ReplyError)(nil); errors.As(err, &re) && re.NoScript() {
 		s.noScript.Add(1)
-		reply, err = s.client.Eval(ctx, script, keys, args)
+		reply, err = s.client.Eval(ctx, sc.src, keys, args)
 	}
 	if err != nil {
 		if isOutage(err) {

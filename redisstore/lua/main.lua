@@ -1,102 +1,120 @@
--- KEYS: one state key per limit of the call.
--- ARGV: protocol, now (µs; "" for Redis TIME), op ("d" decide, "r" release,
--- "u" undo), mode ("0" all or nothing, "1" rejections count), then
--- NPARAMS parameters per key (see params).
--- Reply: protocol, now, then per key: flags (1 allowed, 2 clamped, 4 not
--- spent: a state reported as it is),
--- remaining (atoms), wait (µs; -1 never), reset (µs), the instant decided.
-if ARGV[1] ~= PROTOCOL then
-  return redis.error_reply("sluice: script protocol " .. PROTOCOL .. ", client protocol " .. tostring(ARGV[1]))
+-- One limit, deciding: the usual call, spliced flat so that nothing but
+-- the algorithm runs (no function is defined on this path).
+if ARGV[3] == "d" and #KEYS == 1 then
+  local alg, capU, r, w, cap = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
+  local quota, window, delayU, fills = tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(ARGV[13])
+  local cost, ticket = tonumber(ARGV[14]), ARGV[15]
+  local s = nil
+  local raw = redis.call("GET", KEYS[1])
+  if raw then s = cmsgpack.unpack(raw) end
+  local allowed, clamped, remaining, wait, reset, next, at, expire = false, false, 0, 0, 0, nil, now, nil
+  --@DECIDE@
+  local flags = 0
+  if clamped then flags = 2 end
+  if allowed then
+    flags = flags + 1
+    if expire == nil or expire <= now then
+      redis.call("DEL", KEYS[1])
+    else
+      redis.call("SET", KEYS[1], cmsgpack.pack(next), "PX", cdiv(expire - now, 1000) + grace)
+    end
+  end
+  return {tonumber(PROTOCOL), now, flags, remaining, wait, reset, at}
 end
-if #ARGV ~= 4 + NPARAMS * #KEYS then
-  return redis.error_reply("sluice: " .. #ARGV .. " arguments for " .. #KEYS .. " keys")
-end
-local now = tonumber(ARGV[2])
-if now == nil then
-  local t = redis.call("TIME")
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-local grace = 1 -- ms kept past a state's reset
-if ARGV[2] ~= "" then grace = 3600000 end -- a test clock may run ahead of Redis's
 
-local function load(key)
-  local raw = redis.call("GET", key)
-  if not raw then return nil end
-  return cmsgpack.unpack(raw)
+-- The 12 parameters of key i (see the header).
+local function param(i)
+  local b = 4 + (i - 1) * 12
+  return tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4]),
+    tonumber(ARGV[b + 5]), tonumber(ARGV[b + 6]), tonumber(ARGV[b + 7]), tonumber(ARGV[b + 8]),
+    tonumber(ARGV[b + 9]), tonumber(ARGV[b + 10]), ARGV[b + 11], tonumber(ARGV[b + 12])
+end
+
+-- decide runs key i's algorithm on state s (nil: a fresh key) without
+-- writing anything; with peek, on a cost that never fits, which reads the
+-- state as it is. A fragment computes: allowed, clamped, remaining, wait,
+-- reset, next (the new state), at (the instant decided: now, or the
+-- state's own instant when the clock is behind it), expire (the instant
+-- from which next is fresh; nil: it is already).
+local function decide(i, s, peek)
+  local alg, capU, r, w, cap, quota, window, delayU, fills, cost, ticket, uat = param(i)
+  if peek then cost = cap + 1 end
+  local allowed, clamped, remaining, wait, reset, next, at, expire = false, false, 0, 0, 0, nil, now, nil
+  --@DECIDE@
+  return allowed, clamped, remaining, wait, reset, next, at, expire, alg
 end
 
 -- store writes a state with the expiry of its reset, or deletes it when it
--- is fresh already: no key without a TTL.
-local function store(p, key, s)
-  local at = algorithms[p.alg].reset_at(p, s)
-  if at == nil or at <= now then
+-- is fresh already: no key ever without a TTL.
+local function store(key, next, expire)
+  if expire == nil or expire <= now then
     redis.call("DEL", key)
   else
-    redis.call("SET", key, cmsgpack.pack(s), "PX", cdiv(at - now, 1000) + grace)
+    redis.call("SET", key, cmsgpack.pack(next), "PX", cdiv(expire - now, 1000) + grace)
   end
+end
+
+local function load(key)
+  local raw = redis.call("GET", key)
+  if raw then return cmsgpack.unpack(raw) end
+  return nil
 end
 
 local reply = {tonumber(PROTOCOL), now}
-local function put(allowed, clamped, remaining, wait, reset, at, unspent)
-  local flags = 0
-  if allowed then flags = flags + 1 end
-  if clamped then flags = flags + 2 end
-  if unspent then flags = flags + 4 end
-  reply[#reply + 1], reply[#reply + 2], reply[#reply + 3], reply[#reply + 4], reply[#reply + 5] = flags, remaining, wait, reset, at
+local function put(flags, remaining, wait, reset, at)
+  local k = #reply
+  reply[k + 1], reply[k + 2], reply[k + 3], reply[k + 4], reply[k + 5] = flags, remaining, wait, reset, at
 end
 
-local op, n = ARGV[3], #KEYS
-local ps, states = {}, {}
-for i = 1, n do
-  ps[i] = params(i)
-  if algorithms[ps[i].alg] == nil then
-    return redis.error_reply("sluice: unknown algorithm " .. tostring(ps[i].alg))
-  end
-  states[i] = load(KEYS[i])
-end
-
--- peek reports a state as it is, deciding a cost that never fits.
-local function peek(i)
-  local p, s = ps[i], states[i] or algorithms[ps[i].alg].fresh(ps[i], now)
-  local _, clamped, remaining, _, reset, _, at = algorithms[p.alg].decide(p, s, now, p.cap + 1)
-  return clamped, remaining, reset, at
-end
-
-if op == "d" then
-  local outs, all = {}, true
+local n = #KEYS
+if ARGV[3] == "d" then
+  local states, outs, all = {}, {}, true
   for i = 1, n do
-    local p = ps[i]
-    local alg = algorithms[p.alg]
-    local s = states[i] or alg.fresh(p, now)
-    outs[i] = {alg.decide(p, s, now, p.cost)}
-    all = all and outs[i][1]
+    states[i] = load(KEYS[i])
+    local o = {decide(i, states[i], false)}
+    outs[i], all = o, all and o[1]
   end
+  local rc = ARGV[4] == "1"
   for i = 1, n do
-    local p, o = ps[i], outs[i]
-    if o[1] and (all or (ARGV[4] == "1" and p.alg ~= 6)) then
-      store(p, KEYS[i], o[6])
-      put(true, o[2], o[3], o[4], o[5], o[7])
+    local o = outs[i]
+    local clamped = 0
+    if o[2] then clamped = 2 end
+    if o[1] and (all or (rc and o[9] ~= 6)) then
+      store(KEYS[i], o[6], o[8])
+      put(1 + clamped, o[3], o[4], o[5], o[7])
     elseif o[1] then
       -- It would have fit, but the call was rejected: nothing is spent.
-      local clamped, remaining, reset, at = peek(i)
-      put(true, clamped, remaining, 0, reset, at, true)
+      local _, pc, remaining, _, reset, _, at = decide(i, states[i], true)
+      if pc then clamped = 2 else clamped = 0 end
+      put(5 + clamped, remaining, 0, reset, at)
     else
-      put(false, o[2], o[3], o[4], o[5], o[7])
+      put(clamped, o[3], o[4], o[5], o[7])
     end
   end
-elseif op == "r" or op == "u" then
-  -- Release a concurrency ticket, or undo a spend (the compensation of a
-  -- call whose keys spanned hash slots), then report the state.
+elseif ARGV[3] == "u" then
+  -- Undo a spend (the compensation of a call across hash slots) or
+  -- release a concurrency ticket, then report the state as it is.
+  -- undo takes back key i's spend (its cost, at instant uat, or its
+  -- concurrency ticket) from state s.
+  local function undo(i, s)
+    local alg, capU, r, w, cap, quota, window, delayU, fills, cost, ticket, uat = param(i)
+    local next, expire = nil, nil
+    --@UNDO@
+    return next, expire
+  end
   for i = 1, n do
-    local p, s = ps[i], states[i]
+    local s = load(KEYS[i])
     if s ~= nil then
-      states[i] = algorithms[p.alg].undo(p, s)
-      store(p, KEYS[i], states[i])
+      local next, expire = undo(i, s)
+      store(KEYS[i], next, expire)
+      s = next
     end
-    local clamped, remaining, reset, at = peek(i)
-    put(false, clamped, remaining, 0, reset, at, true)
+    local _, pc, remaining, _, reset, _, at = decide(i, s, true)
+    local clamped = 0
+    if pc then clamped = 2 end
+    put(4 + clamped, remaining, 0, reset, at)
   end
 else
-  return redis.error_reply("sluice: unknown op " .. tostring(op))
+  return redis.error_reply("sluice: unknown op " .. tostring(ARGV[3]))
 end
 return reply

@@ -1,0 +1,168 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-redis/redis_rate/v10"
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/redisstore"
+)
+
+func redisAddr(b *testing.B) string {
+	addr := os.Getenv("SLUICE_REDIS_ADDR")
+	if addr == "" {
+		addr = "127.0.0.1:6379"
+	}
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	if err := c.Ping(context.Background()).Err(); err != nil {
+		b.Skipf("SKIPPED: no Redis at %s: %v", addr, err)
+	}
+	return addr
+}
+
+// tenK are the 10,000 keys the Redis benchmarks draw from.
+var tenK = func() []string {
+	keys := make([]string, 10_000)
+	for i := range keys {
+		keys[i] = "user:" + strconv.Itoa(i)
+	}
+	return keys
+}()
+
+// parallel64 runs op from 64 goroutines, b.N times in all, and reports
+// decisions per second and the p50 and p99 latency.
+func parallel64(b *testing.B, op func(key string) error) {
+	b.SetParallelism(max(1, 64/runtimeProcs()))
+	var mu sync.Mutex
+	var lat []time.Duration
+	b.ResetTimer()
+	start := time.Now()
+	b.RunParallel(func(pb *testing.PB) {
+		rng := rand.New(rand.NewPCG(rand.Uint64(), 1))
+		local := make([]time.Duration, 0, 1024)
+		for pb.Next() {
+			t0 := time.Now()
+			if err := op(tenK[rng.IntN(len(tenK))]); err != nil {
+				b.Error(err)
+				return
+			}
+			local = append(local, time.Since(t0))
+		}
+		mu.Lock()
+		lat = append(lat, local...)
+		mu.Unlock()
+	})
+	elapsed := time.Since(start)
+	b.StopTimer()
+	slices.Sort(lat)
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "decisions/s")
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+}
+
+// Token bucket decisions on Redis, 64 goroutines, 10k keys: sluice's
+// redisstore (rueidis, auto-pipelining) against go-redis/redis_rate.
+func BenchmarkRedis(b *testing.B) {
+	addr := redisAddr(b)
+	ctx := context.Background()
+	b.Run("impl=sluice", func(b *testing.B) {
+		rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer rc.Close()
+		s, err := redisstore.New(redisstore.Options{Client: redisstore.NewRueidis(rc), Timeout: 5 * time.Second})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer s.Close()
+		limit := sluice.Limit{Name: "bench", Quota: 1e9, Window: time.Second}
+		parallel64(b, func(key string) error {
+			_, err := s.Allow(ctx, key, limit, 1)
+			return err
+		})
+	})
+	b.Run("impl=redis_rate", func(b *testing.B) {
+		rdb := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64})
+		defer rdb.Close()
+		l := redis_rate.NewLimiter(rdb)
+		limit := redis_rate.PerSecond(1e9)
+		parallel64(b, func(key string) error {
+			_, err := l.Allow(ctx, key, limit)
+			return err
+		})
+	})
+}
+
+// capture records one script call of the store.
+type capture struct {
+	redisstore.Client
+	mu       sync.Mutex
+	sha, key string
+	args     []string
+}
+
+func (c *capture) EvalSHA(ctx context.Context, sha string, keys, args []string) ([]int64, error) {
+	c.mu.Lock()
+	c.sha, c.key, c.args = sha, keys[0], append([]string(nil), args...)
+	c.mu.Unlock()
+	return c.Client.EvalSHA(ctx, sha, keys, args)
+}
+
+// The ceiling: redis-benchmark, 64 clients pipelining 16 calls each, runs
+// the very script call a sluice decision makes (captured from the store),
+// on 10k random keys. Its rate is what Redis itself can do on this
+// machine; no client does better.
+func BenchmarkRedisCeiling(b *testing.B) {
+	addr := redisAddr(b)
+	if _, err := exec.LookPath("redis-benchmark"); err != nil {
+		b.Skip("SKIPPED: redis-benchmark is not installed")
+	}
+	ctx := context.Background()
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rc.Close()
+	c := &capture{Client: redisstore.NewRueidis(rc)}
+	s, err := redisstore.New(redisstore.Options{Client: c})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Allow(ctx, "user:1", sluice.Limit{Name: "bench", Quota: 1e9, Window: time.Second}, 1); err != nil {
+		b.Fatal(err)
+	}
+	host, port, _ := strings.Cut(addr, ":")
+	key := strings.Replace(c.key, "{6:user:1}", "{user:__rand_int__}", 1)
+	for b.Loop() {
+		args := append([]string{"-h", host, "-p", port, "-c", "64", "-P", "16", "-n", "2000000", "-r", "10000", "-q",
+			"EVALSHA", c.sha, "1", key}, c.args...)
+		out, err := exec.Command("redis-benchmark", args...).CombinedOutput()
+		if err != nil {
+			b.Fatalf("redis-benchmark: %v\n%s", err, out)
+		}
+		m := regexp.MustCompile(`([0-9.]+) requests per second`).FindAllSubmatch(out, -1)
+		if len(m) == 0 {
+			b.Fatalf("redis-benchmark said: %s", out)
+		}
+		rps, _ := strconv.ParseFloat(string(m[len(m)-1][1]), 64)
+		b.ReportMetric(rps, "decisions/s")
+		fmt.Fprintf(os.Stderr, "redis-benchmark: %.0f calls/s\n", rps)
+	}
+}

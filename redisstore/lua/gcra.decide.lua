@@ -1,0 +1,24 @@
+-- GCRA (internal/algo/gcra.go). State: {tat, frac}: TAT + frac/r µs.
+local tat, frac = at, 0
+if s ~= nil then tat, frac = s[1], s[2] end
+local backlog, over = 0, false
+if tat > at or (tat == at and frac > 0) then
+  local dt = tat - at
+  if dt > fdiv(capU, r) then over = true else backlog = dt * r + frac end
+end
+next = {tat, frac}
+if cost > cap then
+  wait = NEVER
+else
+  local c = cost * w
+  if not over and c <= capU - backlog then
+    allowed, backlog = true, backlog + c
+    next = {at + fdiv(backlog, r), math.fmod(backlog, r)}
+  else
+    wait = tat + scdiv(frac + c - capU, r) - at
+  end
+end
+if not over then remaining = fdiv(capU - math.min(backlog, capU), w) end
+expire = next[1]
+if next[2] > 0 then expire = expire + 1 end
+if expire > at then reset = expire - at end

@@ -1,0 +1,44 @@
+-- sluice: decisions for redisstore. Go composes this script from head.lua,
+-- [bigint.lua,] each algorithm's decide and undo fragments spliced into
+-- main.lua. It mirrors internal/algo: every quantity is an integer below
+-- 2^53, so doubles compute exactly what Go computes.
+--
+-- KEYS: one state key per limit of the call.
+-- ARGV: protocol, now (µs; "" for Redis TIME), op ("d" decide, "u" undo
+-- or release), mode ("0" all or nothing, "1" rejections count), then 12
+-- parameters per key: algorithm, capU, r, w, cap, quota, window, delayU,
+-- fills, cost, ticket, at (the instant of the spend to undo).
+-- Reply: protocol, now, then per key: flags (1 allowed, 2 clamped, 4 not
+-- spent: a state reported as it is), remaining (atoms), wait (µs; -1
+-- never), reset (µs), the instant decided.
+local PROTOCOL = "1"
+if ARGV[1] ~= PROTOCOL then
+  return redis.error_reply("sluice: script protocol " .. PROTOCOL .. ", client protocol " .. tostring(ARGV[1]))
+end
+if #ARGV ~= 4 + 12 * #KEYS then
+  return redis.error_reply("sluice: " .. #ARGV .. " arguments for " .. #KEYS .. " keys")
+end
+local now = tonumber(ARGV[2])
+local grace = 1 -- ms a key outlives its state's reset
+if now == nil then
+  local t = redis.call("TIME")
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+else
+  grace = 3600000 -- a test clock may run ahead of Redis's
+end
+local NEVER = -1
+
+-- floor(a / b) for 0 <= a < 2^53, 0 < b: exact (fmod is exact).
+local function fdiv(a, b) return (a - math.fmod(a, b)) / b end
+-- ceil(a / b) for 0 <= a < 2^53, 0 < b.
+local function cdiv(a, b)
+  local q = (a - math.fmod(a, b)) / b
+  if q * b < a then q = q + 1 end
+  return q
+end
+-- floor and ceil of a / b for any a, b > 0.
+local function sfdiv(a, b)
+  if a >= 0 then return fdiv(a, b) end
+  return -cdiv(-a, b)
+end
+local function scdiv(a, b) return -sfdiv(-a, b) end
