@@ -41,11 +41,32 @@ func (k keyer) limitPart(name string, fingerprint uint64) string {
 	return fmt.Sprintf("%s:%d:%s:%016x:", k.prefix, len(name), name, fingerprint)
 }
 
-// tag returns the hash tag of key.
-func (k keyer) tag(key string) string {
-	if k.hmacs == nil {
-		return strconv.Itoa(len(key)) + ":" + key
+// stateKey returns the Redis key of key's state under the limit whose key
+// prefix is limitPart, and its hash slot (one allocation).
+func (k keyer) stateKey(limitPart, key string) (string, uint16) {
+	var b strings.Builder
+	if k.hmacs != nil {
+		tag := k.hmac(key)
+		b.Grow(len(limitPart) + len(tag) + 2)
+		b.WriteString(limitPart)
+		b.WriteByte('{')
+		b.WriteString(tag)
+	} else {
+		var n [20]byte
+		b.Grow(len(limitPart) + len(key) + 8)
+		b.WriteString(limitPart)
+		b.WriteByte('{')
+		b.Write(strconv.AppendInt(n[:0], int64(len(key)), 10))
+		b.WriteByte(':')
+		b.WriteString(key)
 	}
+	b.WriteByte('}')
+	s := b.String()
+	return s, slot(s[len(limitPart)+1 : len(s)-1])
+}
+
+// hmac returns the hash tag of key under KeyHMAC.
+func (k keyer) hmac(key string) string {
 	h := k.hmacs.Get().(hash.Hash)
 	h.Reset()
 	h.Write([]byte(key))
@@ -55,15 +76,6 @@ func (k keyer) tag(key string) string {
 	return tag
 }
 
-func stateKey(limitPart, tag string) string {
-	var b strings.Builder
-	b.Grow(len(limitPart) + len(tag) + 2)
-	b.WriteString(limitPart)
-	b.WriteByte('{')
-	b.WriteString(tag)
-	b.WriteByte('}')
-	return b.String()
-}
 
 // slot is the Redis Cluster hash slot of a key whose hash tag is tag: the
 // CRC16 (XMODEM) of the tag, modulo 16384. Redis takes the tag between the

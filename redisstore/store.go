@@ -463,8 +463,8 @@ func (s *Store) resolve(r *request, key string, limit sluice.Limit, cost float64
 	if r.cost, err = c.params.Cost(cost); err != nil {
 		return err
 	}
-	tag := s.keys.tag(key)
-	r.c, r.key, r.slot = c, stateKey(c.limitPart, tag), slot(tag)
+	r.c = c
+	r.key, r.slot = s.keys.stateKey(c.limitPart, key)
 	if limit.Algorithm == sluice.Concurrency {
 		r.ticket = rand.Uint64() | 1
 	}
@@ -567,10 +567,13 @@ func (s *Store) run(ctx context.Context, op byte, mode sluice.Mode, rs []request
 	for i, r := range rs {
 		keys[i] = r.key
 		args = append(args, r.c.argv[:]...)
-		args = append(args, strconv.FormatInt(r.cost, 10), strconv.FormatUint(r.ticket, 10), strconv.FormatInt(r.at, 10))
+		args = append(args, costArg(r.cost), uintArg(r.ticket), intArg(r.at))
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
+	if d, ok := ctx.Deadline(); !ok || time.Until(d) > s.timeout {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.timeout)
+		defer cancel()
+	}
 	sc := scriptFor(rs)
 	s.calls.Add(1)
 	reply, err := s.client.EvalSHA(ctx, sc.sha, keys, args)
@@ -592,6 +595,29 @@ func (s *Store) run(ctx context.Context, op byte, mode sluice.Mode, rs []request
 	}
 	s.breaker.success(probe)
 	return parseReply(op, reply, rs, res)
+}
+
+// costArg and the others format script arguments, sparing the allocation
+// of the usual values (a cost of one unit, no ticket, no instant).
+func costArg(atoms int64) string {
+	if atoms == units.PerCost {
+		return "1000000"
+	}
+	return strconv.FormatInt(atoms, 10)
+}
+
+func uintArg(v uint64) string {
+	if v == 0 {
+		return "0"
+	}
+	return strconv.FormatUint(v, 10)
+}
+
+func intArg(v int64) string {
+	if v == 0 {
+		return "0"
+	}
+	return strconv.FormatInt(v, 10)
 }
 
 // parseReply checks a script reply to op against the protocol and the
