@@ -76,7 +76,6 @@ func (k keyer) hmac(key string) string {
 	return tag
 }
 
-
 // slot is the Redis Cluster hash slot of a key whose hash tag is tag: the
 // CRC16 (XMODEM) of the tag, modulo 16384. Redis takes the tag between the
 // first '{' and the first '}' after it; a key containing '}' is tagged by
