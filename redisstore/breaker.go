@@ -50,4 +50,12 @@ func (b *breaker) failure(probe bool) {
 	}
 }
 
+// release gives back a probe whose call ended without telling anything
+// about Redis (the caller cancelled it).
+func (b *breaker) release(probe bool) {
+	if probe {
+		b.probing.Store(false)
+	}
+}
+
 func (b *breaker) isOpen() bool { return b.openUntil.Load() != 0 }

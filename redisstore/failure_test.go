@@ -1,6 +1,8 @@
 package redisstore_test
 
 import (
+	"context"
+	"errors"
 	"os"
 	"slices"
 	"strconv"
@@ -248,4 +250,25 @@ func TestOutage(t *testing.T) {
 		}
 	}
 	t.Logf("%d keys, each with a TTL", len(keys))
+}
+
+// A caller that cancels its context gets its error back: not a policy
+// decision, and not a failure of Redis for the breaker.
+func TestCancelledCallIsNotAnOutage(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	proxy := redistest.StartProxy(t, srv.Addr())
+	s := newStore(t, redisstore.Options{Client: redisstore.NewRueidis(newRueidis(t, proxy.Addr())), Timeout: time.Second, BreakerFailures: 1})
+	limit := sluice.Limit{Name: "cancel", Quota: 5, Window: time.Second}
+	s.Allow(ctx, "k", limit, 1)
+	proxy.Blackhole(true)
+	c, cancel := context.WithCancel(ctx)
+	time.AfterFunc(20*time.Millisecond, cancel)
+	if _, err := s.Allow(c, "k", limit, 1); !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want context.Canceled", err)
+	}
+	proxy.Blackhole(false)
+	if st := s.Stats(); st.Failures != 0 || st.BreakerOpen || st.FailOpen != 0 {
+		t.Fatalf("Stats = %+v: a cancelled call counted against Redis", st)
+	}
 }

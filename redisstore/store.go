@@ -569,6 +569,7 @@ func (s *Store) run(ctx context.Context, op byte, mode sluice.Mode, rs []request
 		args = append(args, r.c.argv[:]...)
 		args = append(args, costArg(r.cost), uintArg(r.ticket), intArg(r.at))
 	}
+	parent := ctx
 	if d, ok := ctx.Deadline(); !ok || time.Until(d) > s.timeout {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, s.timeout)
@@ -582,6 +583,10 @@ func (s *Store) run(ctx context.Context, op byte, mode sluice.Mode, rs []request
 		reply, err = s.client.Eval(ctx, sc.src, keys, args)
 	}
 	if err != nil {
+		if errors.Is(parent.Err(), context.Canceled) {
+			s.breaker.release(probe)
+			return fmt.Errorf("redisstore: %w", parent.Err()) // the caller gave up: not Redis's failure
+		}
 		if isOutage(err) {
 			s.failures.Add(1)
 			if errors.Is(err, context.DeadlineExceeded) {
@@ -686,6 +691,9 @@ var errBreakerOpen = errors.New("redisstore: breaker open after repeated failure
 func isOutage(err error) bool {
 	if errors.Is(err, errBreakerOpen) {
 		return true
+	}
+	if errors.Is(err, context.Canceled) {
+		return false
 	}
 	var re *ReplyError
 	if errors.As(err, &re) {
