@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"fmt"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -163,6 +162,5 @@ func BenchmarkRedisCeiling(b *testing.B) {
 		}
 		rps, _ := strconv.ParseFloat(string(m[len(m)-1][1]), 64)
 		b.ReportMetric(rps, "decisions/s")
-		fmt.Fprintf(os.Stderr, "redis-benchmark: %.0f calls/s\n", rps)
 	}
 }
