@@ -12,10 +12,13 @@ import (
 )
 
 // matchesPureAlgorithms replays random traces of every algorithm on the
-// store and on the pure algorithm (internal/algo), which is the
-// specification: decisions must be identical, to the microsecond. Traces
-// mix integer and fractional quotas and costs, round and odd windows, and,
-// for concurrency, releases.
+// store and on the pure algorithm (internal/algo) as a store runs it —
+// clamping a clock that steps back, keeping a key's state only once
+// something was spent on it, and forgetting it when a release leaves it
+// fresh — which is the specification: decisions must be
+// identical, to the microsecond. Traces mix integer and fractional quotas
+// and costs, round and odd windows, limits at the edge of exact arithmetic,
+// a clock that sometimes steps back, and, for concurrency, releases.
 func (s *suite) matchesPureAlgorithms(t *testing.T) {
 	t.Parallel()
 	for _, alg := range Algorithms {
@@ -32,12 +35,18 @@ func (s *suite) matchesPureAlgorithms(t *testing.T) {
 				}
 				pure := algo.NewState(alg)
 				now := Epoch.UnixMicro()
-				pure.Init(p, now)
+				fresh := true // no state yet: a store has nothing for the key
 				key := s.key(t, "trace-"+strconv.Itoa(trace))
 				var tickets []uint64 // the store's, by grant order
 				var pureTickets []uint64
 				for i := range 60 {
-					if rng.IntN(3) > 0 {
+					switch rng.IntN(12) {
+					case 0:
+						// The clock steps back (a wall clock adjusted, a
+						// failover to a server whose clock is behind).
+						now = max(now-randomGap(rng, limit), Epoch.UnixMicro())
+					case 1, 2, 3:
+					default:
 						// Real clocks read instants of this century: keep the
 						// trace within 100 years of Epoch.
 						now = min(now+randomGap(rng, limit), Epoch.UnixMicro()+centuryMicros)
@@ -48,7 +57,11 @@ func (s *suite) matchesPureAlgorithms(t *testing.T) {
 						if err := l.Release(ctx, key, limit, tickets[j]); err != nil {
 							t.Fatalf("trace %d, call %d: Release: %v", trace, i, err)
 						}
-						pure.(*algo.Concurrency).Release(pureTickets[j])
+						if !fresh {
+							pure.(*algo.Concurrency).Release(pureTickets[j])
+							// A store forgets a state that is fresh at once.
+							fresh = pure.ResetAt(p) <= now
+						}
 						continue
 					}
 					cost := randomCost(rng, limit)
@@ -57,7 +70,11 @@ func (s *suite) matchesPureAlgorithms(t *testing.T) {
 					if err != nil {
 						t.Fatalf("trace %d: cost %v: %v", trace, cost, err)
 					}
-					res, wantErr := pure.Step(p, algo.Call{Now: now, Cost: atoms, Ticket: uint64(i + 1)}, true)
+					if fresh {
+						pure.Init(p, now)
+					}
+					res, wantErr := pure.Step(p, algo.Call{Now: now, Cost: atoms, Ticket: uint64(i + 1), Clamp: true}, true)
+					fresh = fresh && !res.Allowed()
 					want := res.Decision(limit, uint64(i+1))
 					if got.Allowed && alg == sluice.Concurrency {
 						tickets, pureTickets = append(tickets, got.Ticket), append(pureTickets, want.Ticket)

@@ -66,13 +66,16 @@ func step[S any, P interface {
 	if !commit {
 		return d, err
 	}
+	if d.Clamped() {
+		sh.stats.ClockBackwards++
+	}
+	if !d.Allowed() {
+		return d, err // nothing spent: the state is unchanged
+	}
 	var sl *slot[S]
 	if at >= 0 {
 		sl = &t.slots[at]
 	} else {
-		if !d.Allowed() {
-			return d, err // nothing spent: nothing to remember
-		}
 		if sh.n >= s.perShard {
 			s.makeRoom(sh, c.kind, call.Now, pinned)
 			free = -1 // the eviction may have moved entries
@@ -83,7 +86,6 @@ func step[S any, P interface {
 	}
 	if d.Clamped() {
 		// The decision was made at the state's instant, not call.Now.
-		sh.stats.ClockBackwards++
 		sl.reset = s.resetSecond(P(&sl.state).ResetAt(p))
 		return d, err
 	}

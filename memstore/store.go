@@ -340,8 +340,13 @@ func (s *Store) Release(_ context.Context, key string, limit sluice.Limit, ticke
 	t := &sh.concurrency
 	if at, _ := t.find(r.id); at >= 0 {
 		st := &t.slots[at].state
-		if st.Release(ticket) {
-			t.slots[at].reset = s.resetSecond(st.ResetAt(r.c.params))
+		st.Release(ticket)
+		// A state that is fresh now is forgotten at once, as Redis does.
+		if resetAt := st.ResetAt(r.c.params); resetAt <= s.now() {
+			t.remove(at)
+			sh.n--
+		} else {
+			t.slots[at].reset = s.resetSecond(resetAt)
 		}
 	}
 	return nil

@@ -69,11 +69,9 @@ func (s *Concurrency) Step(p *Params, c Call, commit bool) (Result, error) {
 	if last > c.Now {
 		reset = (last - c.Now)
 	}
-	if commit {
+	if commit && allowed {
 		s.drop(expired)
-		if allowed {
-			s.insert(Holder{Ticket: c.Ticket, Until: until, Cost: c.Cost})
-		}
+		s.insert(Holder{Ticket: c.Ticket, Until: until, Cost: c.Cost})
 	}
 	return result(allowed, false, p.quota-total, wait, reset), err
 }

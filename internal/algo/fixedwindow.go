@@ -56,7 +56,7 @@ func (s *FixedWindow) Step(p *Params, c Call, commit bool) (Result, error) {
 	if next.Count > 0 {
 		reset = (next.Start + p.window - c.Now)
 	}
-	if commit {
+	if commit && allowed {
 		*s = next
 	}
 	return result(allowed, clamped, p.quota-next.Count, wait, reset), err

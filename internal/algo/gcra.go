@@ -69,7 +69,7 @@ func (s *GCRA) Step(p *Params, c Call, commit bool) (Result, error) {
 	if at := next.ResetAt(p); at > c.Now {
 		reset = (at - c.Now)
 	}
-	if commit {
+	if commit && allowed {
 		*s = next
 	}
 	return result(allowed, false, remaining, wait, reset), err

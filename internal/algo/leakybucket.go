@@ -48,7 +48,7 @@ func (s *LeakyBucket) Step(p *Params, c Call, commit bool) (Result, error) {
 	} else {
 		wait = (p.rate.Micros(ahead + cost - p.capU))
 	}
-	if commit {
+	if commit && allowed {
 		s.Level, s.Last = level, c.Now
 	}
 	return result(allowed, clamped, p.rate.Atoms(p.capU-level), wait, (p.rate.Micros(level))), err

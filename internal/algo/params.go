@@ -155,11 +155,13 @@ func (c *Call) clampTo(floor int64) (clamped bool, err error) {
 type State interface {
 	// Init makes the state that of a key never seen before, at now.
 	Init(p *Params, now int64)
-	// Step decides c. With commit it also updates the state (spends the cost
-	// when allowed); without, it only answers, leaving the state untouched,
-	// which is how a multi-limit decision checks all limits before spending
-	// on any. When the cost exceeds the capacity the decision is Never and
-	// the error wraps sluice.ErrCostExceedsLimit.
+	// Step decides c. With commit, an allowed cost is spent (the state
+	// updated); a rejection never changes the state, with or without commit
+	// (when time moves forward that is the same as refreshing it, and it is
+	// what the Redis script does). Without commit Step only answers, which
+	// is how a multi-limit decision checks all limits before spending on
+	// any. When the cost exceeds the capacity the decision is Never and the
+	// error wraps sluice.ErrCostExceedsLimit.
 	Step(p *Params, c Call, commit bool) (Result, error)
 	// ResetAt is the instant from which the state is equivalent to a fresh
 	// one: a store may forget the key then.

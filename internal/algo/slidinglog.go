@@ -73,11 +73,9 @@ func (s *SlidingLog) Step(p *Params, c Call, commit bool) (Result, error) {
 	} else if len(live) > 0 {
 		reset = (live[len(live)-1].At + p.window - c.Now)
 	}
-	if commit {
+	if commit && allowed {
 		s.drop(expired)
-		if allowed {
-			s.add(c.Now, c.Cost)
-		}
+		s.add(c.Now, c.Cost)
 	}
 	return result(allowed, clamped, p.quota-total, wait, reset), err
 }

@@ -85,7 +85,7 @@ func (s *SlidingWindow) Step(p *Params, c Call, commit bool) (Result, error) {
 	if at := next.ResetAt(p); at > c.Now {
 		reset = (at - c.Now)
 	}
-	if commit {
+	if commit && allowed {
 		*s = next
 	}
 	return result(allowed, clamped, remaining, wait, reset), err

@@ -41,7 +41,7 @@ func (s *TokenBucket) Step(p *Params, c Call, commit bool) (Result, error) {
 	} else {
 		wait = (p.rate.Micros(cost - tokens))
 	}
-	if commit {
+	if commit && allowed {
 		s.Tokens, s.Last = tokens, c.Now
 	}
 	return result(allowed, clamped, p.rate.Atoms(tokens), wait, (p.rate.Micros(p.capU - tokens))), err
