@@ -21,11 +21,21 @@ type serverClock struct{ redisstore.Client }
 type nowSlot struct{}
 
 func (c serverClock) EvalSHA(ctx context.Context, sha string, keys, args []string) ([]int64, error) {
-	v, err := c.Client.EvalSHA(ctx, sha, keys, args)
-	if p, ok := ctx.Value(nowSlot{}).(*int64); ok && err == nil && len(v) > 1 {
-		*p = v[1]
+	return recordNow(ctx)(c.Client.EvalSHA(ctx, sha, keys, args))
+}
+
+// Eval answers after a NOSCRIPT (another test may flush the scripts).
+func (c serverClock) Eval(ctx context.Context, src string, keys, args []string) ([]int64, error) {
+	return recordNow(ctx)(c.Client.Eval(ctx, src, keys, args))
+}
+
+func recordNow(ctx context.Context) func([]int64, error) ([]int64, error) {
+	return func(v []int64, err error) ([]int64, error) {
+		if p, ok := ctx.Value(nowSlot{}).(*int64); ok && err == nil && len(v) > 1 {
+			*p = v[1]
+		}
+		return v, err
 	}
-	return v, err
 }
 
 type lzInput struct{ cost int64 }

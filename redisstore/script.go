@@ -26,10 +26,17 @@ var luaFiles embed.FS
 
 // scriptProtocol is the version of the scripts' KEYS/ARGV/reply layout; it
 // must match PROTOCOL in lua/head.lua.
-const scriptProtocol = 1
+const (
+	scriptProtocol    = 2
+	scriptProtocolArg = "2"
+)
 
-// scriptParams is the number of ARGV entries per key.
-const scriptParams = 12
+// scriptParams is the number of ARGV entries per key; replyValues the
+// number of reply values per key.
+const (
+	scriptParams = 13
+	replyValues  = 6
+)
 
 var algorithmFiles = [...]string{
 	sluice.TokenBucket:   "tokenbucket",
@@ -52,6 +59,9 @@ var (
 )
 
 func init() {
+	if !strings.Contains(file("head"), `local PROTOCOL = "`+scriptProtocolArg+`"`) {
+		panic("redisstore: lua/head.lua does not speak protocol " + scriptProtocolArg) // a build defect
+	}
 	all := make([]sluice.Algorithm, len(algorithmFiles))
 	for a := range algorithmFiles {
 		all[a] = sluice.Algorithm(a)

@@ -253,6 +253,7 @@ type request struct {
 	cost   int64 // atoms
 	ticket uint64
 	at     int64 // for undo: the instant the spend was decided (µs)
+	ver    int64 // for undo: the version of the state the spend wrote
 }
 
 // Allow decides whether cost may be spent on key under limit now; see
@@ -406,7 +407,7 @@ func (s *Store) decideGroups(ctx context.Context, rs []request, mode sluice.Mode
 			for j, i := range idx {
 				if r := results[g][j]; r.allowed() && !r.unspent() && (mode == sluice.AllOrNothing || rs[i].c.ints.Algorithm == sluice.Concurrency) {
 					u := grouped[g][j]
-					u.at = r.at
+					u.at, u.ver = r.at, r.ver
 					undo, where = append(undo, u), append(where, i)
 				}
 			}
@@ -530,6 +531,7 @@ type result struct {
 	wait      int64 // µs, -1 never
 	reset     int64 // µs
 	at        int64 // µs: the instant decided
+	ver       int64 // the version of the state written (token bucket, GCRA, leaky bucket)
 }
 
 const (
@@ -552,7 +554,7 @@ func (s *Store) run(ctx context.Context, op byte, mode sluice.Mode, rs []request
 	}
 	keys := make([]string, len(rs))
 	args := make([]string, 4, 4+scriptParams*len(rs))
-	args[0] = "1"
+	args[0] = scriptProtocolArg
 	if s.testNow != nil {
 		args[1] = strconv.FormatInt(s.testNow().UnixMicro(), 10)
 	}
@@ -567,7 +569,7 @@ func (s *Store) run(ctx context.Context, op byte, mode sluice.Mode, rs []request
 	for i, r := range rs {
 		keys[i] = r.key
 		args = append(args, r.c.argv[:]...)
-		args = append(args, costArg(r.cost), uintArg(r.ticket), intArg(r.at))
+		args = append(args, costArg(r.cost), uintArg(r.ticket), intArg(r.at), intArg(r.ver))
 	}
 	parent := ctx
 	if d, ok := ctx.Deadline(); !ok || time.Until(d) > s.timeout {
@@ -629,15 +631,15 @@ func intArg(v int64) string {
 // limits asked about, and fills res.
 func parseReply(op byte, reply []int64, rs []request, res []result) error {
 	bad := func(why string) error { return fmt.Errorf("%w: %s (reply %v)", ErrBadReply, why, truncated(reply)) }
-	if len(reply) != 2+5*len(rs) {
+	if len(reply) != 2+replyValues*len(rs) {
 		return bad(fmt.Sprintf("%d values for %d keys", len(reply), len(rs)))
 	}
 	if reply[0] != scriptProtocol {
 		return bad(fmt.Sprintf("script protocol %d, want %d: an old or foreign script answered", reply[0], scriptProtocol))
 	}
 	for i, r := range rs {
-		v := reply[2+5*i : 7+5*i]
-		x := result{flags: v[0], remaining: v[1], wait: v[2], reset: v[3], at: v[4]}
+		v := reply[2+replyValues*i : 2+replyValues*(i+1)]
+		x := result{flags: v[0], remaining: v[1], wait: v[2], reset: v[3], at: v[4], ver: v[5]}
 		decided := op == 'd'
 		if x.flags < 0 || x.flags > 7 || x.remaining < 0 || x.remaining > r.c.ints.Cap || x.wait < -1 || x.reset < 0 ||
 			(x.allowed() && (x.wait == -1 || !decided)) ||

@@ -5,17 +5,19 @@
 --
 -- KEYS: one state key per limit of the call.
 -- ARGV: protocol, now (µs; "" for Redis TIME), op ("d" decide, "u" undo
--- or release), mode ("0" all or nothing, "1" rejections count), then 12
+-- or release), mode ("0" all or nothing, "1" rejections count), then 13
 -- parameters per key: algorithm, capU, r, w, cap, quota, window, delayU,
--- fills, cost, ticket, at (the instant of the spend to undo).
+-- fills, cost, ticket, and, to undo a spend, its instant and the version
+-- it wrote.
 -- Reply: protocol, now, then per key: flags (1 allowed, 2 clamped, 4 not
 -- spent: a state reported as it is), remaining (atoms), wait (µs; -1
--- never), reset (µs), the instant decided.
-local PROTOCOL = "1"
+-- never), reset (µs), the instant decided, the version written (token
+-- bucket, GCRA, leaky bucket: their states count their writes).
+local PROTOCOL = "2"
 if ARGV[1] ~= PROTOCOL then
   return redis.error_reply("sluice: script protocol " .. PROTOCOL .. ", client protocol " .. tostring(ARGV[1]))
 end
-if #ARGV ~= 4 + 12 * #KEYS then
+if #ARGV ~= 4 + 13 * #KEYS then
   return redis.error_reply("sluice: " .. #ARGV .. " arguments for " .. #KEYS .. " keys")
 end
 local now = tonumber(ARGV[2])

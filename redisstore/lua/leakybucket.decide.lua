@@ -1,6 +1,8 @@
--- Leaky bucket (internal/algo/leakybucket.go). State: {level, last}.
+-- Leaky bucket (internal/algo/leakybucket.go). State: {level, last,
+-- version}.
 local level, last = 0, now
-if s ~= nil then level, last = s[1], s[2] end
+if s ~= nil then level, last, ver = s[1], s[2], s[3] or 0 end
+ver = ver + 1
 if at < last then at, clamped = last, true end
 -- What has drained since last: the refill of the free space.
 local free, e = capU - level, at - last
@@ -24,4 +26,4 @@ else
   end
 end
 remaining, reset = fdiv(capU - level, w), cdiv(level, r)
-next, expire = {level, at}, at + reset
+next, expire = {level, at, ver}, at + reset

@@ -7,7 +7,7 @@ if ARGV[3] == "d" and #KEYS == 1 then
   local s = nil
   local raw = redis.call("GET", KEYS[1])
   if raw then s = cmsgpack.unpack(raw) end
-  local allowed, clamped, remaining, wait, reset, next, at, expire = false, false, 0, 0, 0, nil, now, nil
+  local allowed, clamped, remaining, wait, reset, next, at, expire, ver = false, false, 0, 0, 0, nil, now, nil, 0
   --@DECIDE@
   local flags = 0
   if clamped then flags = 2 end
@@ -19,15 +19,15 @@ if ARGV[3] == "d" and #KEYS == 1 then
       redis.call("SET", KEYS[1], cmsgpack.pack(next), "PX", cdiv(expire - now, 1000) + grace)
     end
   end
-  return {tonumber(PROTOCOL), now, flags, remaining, wait, reset, at}
+  return {tonumber(PROTOCOL), now, flags, remaining, wait, reset, at, ver}
 end
 
--- The 12 parameters of key i (see the header).
+-- The 13 parameters of key i (see the header).
 local function param(i)
-  local b = 4 + (i - 1) * 12
+  local b = 4 + (i - 1) * 13
   return tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4]),
     tonumber(ARGV[b + 5]), tonumber(ARGV[b + 6]), tonumber(ARGV[b + 7]), tonumber(ARGV[b + 8]),
-    tonumber(ARGV[b + 9]), tonumber(ARGV[b + 10]), ARGV[b + 11], tonumber(ARGV[b + 12])
+    tonumber(ARGV[b + 9]), tonumber(ARGV[b + 10]), ARGV[b + 11], tonumber(ARGV[b + 12]), tonumber(ARGV[b + 13])
 end
 
 -- decide runs key i's algorithm on state s (nil: a fresh key) without
@@ -35,13 +35,14 @@ end
 -- state as it is. A fragment computes: allowed, clamped, remaining, wait,
 -- reset, next (the new state), at (the instant decided: now, or the
 -- state's own instant when the clock is behind it), expire (the instant
--- from which next is fresh; nil: it is already).
+-- from which next is fresh; nil: it is already), ver (the version next
+-- carries, for the algorithms whose undo needs one).
 local function decide(i, s, peek)
-  local alg, capU, r, w, cap, quota, window, delayU, fills, cost, ticket, uat = param(i)
+  local alg, capU, r, w, cap, quota, window, delayU, fills, cost, ticket, uat, uv = param(i)
   if peek then cost = cap + 1 end
-  local allowed, clamped, remaining, wait, reset, next, at, expire = false, false, 0, 0, 0, nil, now, nil
+  local allowed, clamped, remaining, wait, reset, next, at, expire, ver = false, false, 0, 0, 0, nil, now, nil, 0
   --@DECIDE@
-  return allowed, clamped, remaining, wait, reset, next, at, expire, alg
+  return allowed, clamped, remaining, wait, reset, next, at, expire, alg, ver
 end
 
 -- store writes a state with the expiry of its reset, or deletes it when it
@@ -61,9 +62,9 @@ local function load(key)
 end
 
 local reply = {tonumber(PROTOCOL), now}
-local function put(flags, remaining, wait, reset, at)
+local function put(flags, remaining, wait, reset, at, ver)
   local k = #reply
-  reply[k + 1], reply[k + 2], reply[k + 3], reply[k + 4], reply[k + 5] = flags, remaining, wait, reset, at
+  reply[k + 1], reply[k + 2], reply[k + 3], reply[k + 4], reply[k + 5], reply[k + 6] = flags, remaining, wait, reset, at, ver
 end
 
 local n = #KEYS
@@ -81,14 +82,14 @@ if ARGV[3] == "d" then
     if o[2] then clamped = 2 end
     if o[1] and (all or (rc and o[9] ~= 6)) then
       store(KEYS[i], o[6], o[8])
-      put(1 + clamped, o[3], o[4], o[5], o[7])
+      put(1 + clamped, o[3], o[4], o[5], o[7], o[10])
     elseif o[1] then
       -- It would have fit, but the call was rejected: nothing is spent.
       local _, pc, remaining, _, reset, _, at = decide(i, states[i], true)
       if pc then clamped = 2 else clamped = 0 end
-      put(5 + clamped, remaining, 0, reset, at)
+      put(5 + clamped, remaining, 0, reset, at, 0)
     else
-      put(clamped, o[3], o[4], o[5], o[7])
+      put(clamped, o[3], o[4], o[5], o[7], 0)
     end
   end
 elseif ARGV[3] == "u" then
@@ -97,7 +98,7 @@ elseif ARGV[3] == "u" then
   -- undo takes back key i's spend (its cost, at instant uat, or its
   -- concurrency ticket) from state s.
   local function undo(i, s)
-    local alg, capU, r, w, cap, quota, window, delayU, fills, cost, ticket, uat = param(i)
+    local alg, capU, r, w, cap, quota, window, delayU, fills, cost, ticket, uat, uv = param(i)
     local next, expire = nil, nil
     --@UNDO@
     return next, expire
@@ -112,7 +113,7 @@ elseif ARGV[3] == "u" then
     local _, pc, remaining, _, reset, _, at = decide(i, s, true)
     local clamped = 0
     if pc then clamped = 2 end
-    put(4 + clamped, remaining, 0, reset, at)
+    put(4 + clamped, remaining, 0, reset, at, 0)
   end
 else
   return redis.error_reply("sluice: unknown op " .. tostring(ARGV[3]))

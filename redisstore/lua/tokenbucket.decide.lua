@@ -1,6 +1,8 @@
--- Token bucket (internal/algo/tokenbucket.go). State: {tokens, last}.
+-- Token bucket (internal/algo/tokenbucket.go). State: {tokens, last,
+-- version}.
 local tokens, last = capU, now
-if s ~= nil then tokens, last = s[1], s[2] end
+if s ~= nil then tokens, last, ver = s[1], s[2], s[3] or 0 end
+ver = ver + 1
 if at < last then at, clamped = last, true end
 local e = at - last
 if e >= fills then
@@ -16,4 +18,4 @@ else
   if c <= tokens then allowed, tokens = true, tokens - c else wait = cdiv(c - tokens, r) end
 end
 remaining, reset = fdiv(tokens, w), cdiv(capU - tokens, r)
-next, expire = {tokens, at}, at + reset
+next, expire = {tokens, at, ver}, at + reset
