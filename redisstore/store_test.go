@@ -1,6 +1,7 @@
 package redisstore_test
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -46,23 +47,64 @@ func TestConformance(t *testing.T) {
 	})
 }
 
-// The conformance suite through a go-redis client.
+// The conformance suite through a go-redis client (with go-redis's
+// default retries, which the adapter turns off for its script calls).
 func TestConformanceGoRedis(t *testing.T) {
-	rc := redis.NewClient(&redis.Options{Addr: redistest.Addr(t), MaxRetries: -1})
+	rc := redis.NewClient(&redis.Options{Addr: redistest.Addr(t)})
 	t.Cleanup(func() { rc.Close() })
-	client, err := goredis.New(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	client := goredis.New(rc)
 	limittest.Run(t, func(t *testing.T, now func() time.Time) sluice.Limiter {
 		return newStore(t, redisstore.Options{Client: client, TestNow: now})
 	})
 }
 
-func TestGoRedisRefusesRetries(t *testing.T) {
-	rc := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // default MaxRetries: 3
+// A decision whose reply is lost runs once: the go-redis adapter's script
+// calls are not retried, though the client retries (MaxRetries 3, the
+// default). The control: the same client's own EvalSha runs twice.
+func TestGoRedisNeverReplaysADecision(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	proxy := redistest.StartProxy(t, srv.Addr())
+	rc := redis.NewClient(&redis.Options{Addr: proxy.Addr()})
 	t.Cleanup(func() { rc.Close() })
-	if _, err := goredis.New(rc); err == nil || !strings.Contains(err.Error(), "MaxRetries") {
-		t.Fatalf("goredis.New of a retrying client: %v; want an error naming MaxRetries", err)
+	s := newStore(t, redisstore.Options{Client: goredis.New(rc), Timeout: time.Second})
+	limit := sluice.Limit{Name: "replay", Quota: 10, Window: time.Hour}
+	if d, err := s.Allow(ctx, "k", limit, 1); err != nil || !d.Allowed {
+		t.Fatalf("first call: %+v, %v", d, err)
+	}
+	// evalshas runs f with the next reply cut and returns how many times
+	// Redis ran EVALSHA meanwhile.
+	evalshas := func(f func()) int {
+		if _, err := srv.CLI("CONFIG", "RESETSTAT"); err != nil {
+			t.Fatal(err)
+		}
+		// A connection in the pool, so that the cut reply is f's, not a
+		// new connection's handshake.
+		if err := rc.Ping(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		proxy.CutNextReply()
+		f()
+		out, err := srv.CLI("INFO", "commandstats")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for line := range strings.Lines(out) {
+			if rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:calls="); ok {
+				n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+				return n
+			}
+		}
+		return 0
+	}
+	if n := evalshas(func() { s.Allow(ctx, "k", limit, 1) }); n != 1 {
+		t.Fatalf("the store's call ran %d times; want once", n)
+	}
+	sha, err := srv.CLI("SCRIPT", "LOAD", "return 1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := evalshas(func() { rc.EvalSha(ctx, strings.TrimSpace(sha), []string{"k"}) }); n != 2 {
+		t.Fatalf("control: the client's own EvalSha ran %d times; want twice (the retry)", n)
 	}
 }

@@ -191,6 +191,7 @@ type Proxy struct {
 	target string
 	mu     sync.Mutex
 	hole   bool
+	cut    bool
 	conns  map[net.Conn]struct{}
 	wg     sync.WaitGroup
 	ctx    context.Context
@@ -220,6 +221,24 @@ func (p *Proxy) Blackhole(on bool) {
 	p.mu.Lock()
 	p.hole = on
 	p.mu.Unlock()
+}
+
+// CutNextReply drops the next bytes Redis sends back, on whichever
+// connection, and closes that connection: the command ran, and its caller
+// sees the connection fail without a reply (an outcome unknown to it).
+// Later connections are forwarded as usual.
+func (p *Proxy) CutNextReply() {
+	p.mu.Lock()
+	p.cut = true
+	p.mu.Unlock()
+}
+
+func (p *Proxy) takeCut() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	cut := p.cut
+	p.cut = false
+	return cut
 }
 
 func (p *Proxy) blackholed() bool {
@@ -254,12 +273,12 @@ func (p *Proxy) accept() {
 		p.mu.Lock()
 		p.conns[in], p.conns[out] = struct{}{}, struct{}{}
 		p.mu.Unlock()
-		p.wg.Go(func() { p.pipe(in, out) })
-		p.wg.Go(func() { p.pipe(out, in) })
+		p.wg.Go(func() { p.pipe(in, out, false) })
+		p.wg.Go(func() { p.pipe(out, in, true) })
 	}
 }
 
-func (p *Proxy) pipe(from, to net.Conn) {
+func (p *Proxy) pipe(from, to net.Conn, replies bool) {
 	defer func() {
 		from.Close()
 		to.Close()
@@ -269,6 +288,9 @@ func (p *Proxy) pipe(from, to net.Conn) {
 		n, err := from.Read(buf)
 		for p.blackholed() && p.ctx.Err() == nil {
 			time.Sleep(time.Millisecond)
+		}
+		if n > 0 && replies && p.takeCut() {
+			return // the deferred closes cut both sides
 		}
 		if n > 0 {
 			if _, err := to.Write(buf[:n]); err != nil {

@@ -1,9 +1,12 @@
 // Package goredis adapts a go-redis v9 client for redisstore, for programs
 // that already hold one:
 //
-//	client := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
-//	rc, err := goredis.New(client)
-//	store, err := redisstore.New(redisstore.Options{Client: rc})
+//	client := redis.NewClient(&redis.Options{Addr: addr})
+//	store, err := redisstore.New(redisstore.Options{Client: goredis.New(client)})
+//
+// The client's retries stay on for the program's other commands; the
+// store's script calls are never retried (a call whose reply was lost may
+// have spent, and replaying it would spend twice).
 package goredis
 
 import (
@@ -22,32 +25,39 @@ type client struct {
 }
 
 // New adapts c: a *redis.Client, *redis.ClusterClient, *redis.Ring or any
-// other UniversalClient. It refuses a client of those three types that
-// retries commands (go-redis's default, MaxRetries 3): a decision replayed
-// after a timeout may spend twice. Configure MaxRetries: -1.
-func New(c redis.UniversalClient) (redisstore.Client, error) {
-	retries := 0
-	cluster := false
-	switch c := c.(type) {
-	case *redis.Client:
-		retries = c.Options().MaxRetries
-	case *redis.ClusterClient:
-		retries, cluster = c.Options().MaxRetries, true
-	case *redis.Ring:
-		retries = c.Options().MaxRetries
-	}
-	if retries > 0 {
-		return nil, fmt.Errorf("goredis: the client retries failed commands (MaxRetries %d): a retried decision can spend twice; set MaxRetries: -1", retries)
-	}
-	return client{c: c, cluster: cluster}, nil
+// other UniversalClient. Script calls go out marked NoRetry, whatever the
+// client's MaxRetries.
+func New(c redis.UniversalClient) redisstore.Client {
+	_, cluster := c.(*redis.ClusterClient)
+	return client{c: c, cluster: cluster}
 }
 
+// noRetry is a command go-redis must not replay after a failure.
+type noRetry struct{ *redis.Cmd }
+
+func (noRetry) NoRetry() bool { return true }
+
 func (a client) EvalSHA(ctx context.Context, sha string, keys, args []string) ([]int64, error) {
-	return reply(a.c.EvalSha(ctx, sha, keys, anys(args)...))
+	return a.run(ctx, "evalsha", sha, keys, args)
 }
 
 func (a client) Eval(ctx context.Context, script string, keys, args []string) ([]int64, error) {
-	return reply(a.c.Eval(ctx, script, keys, anys(args)...))
+	return a.run(ctx, "eval", script, keys, args)
+}
+
+func (a client) run(ctx context.Context, name, payload string, keys, args []string) ([]int64, error) {
+	cmdArgs := make([]any, 0, 3+len(keys)+len(args))
+	cmdArgs = append(cmdArgs, name, payload, len(keys))
+	for _, k := range keys {
+		cmdArgs = append(cmdArgs, k)
+	}
+	for _, v := range args {
+		cmdArgs = append(cmdArgs, v)
+	}
+	cmd := redis.NewCmd(ctx, cmdArgs...)
+	cmd.SetFirstKeyPos(3)
+	_ = a.c.Process(ctx, noRetry{cmd}) // the error is the command's
+	return reply(cmd)
 }
 
 func (a client) Cluster() bool { return a.cluster }
@@ -65,12 +75,4 @@ func reply(cmd *redis.Cmd) ([]int64, error) {
 		return nil, err
 	}
 	return v, nil
-}
-
-func anys(ss []string) []any {
-	out := make([]any, len(ss))
-	for i, s := range ss {
-		out[i] = s
-	}
-	return out
 }
