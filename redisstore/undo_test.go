@@ -1,0 +1,143 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/limittest"
+)
+
+// interleaving is a Client that plays a Cluster on one node (so that a
+// call across hash slots is split and compensated) and, just before the
+// first undo reaches Redis, runs before: another caller's decision
+// landing between a spend and its undo. With naive set, the undo runs
+// the script without its guard (every spend given back), the negative
+// control.
+type interleaving struct {
+	Client
+	before func()
+	naive  func(src string) string
+	once   sync.Once
+}
+
+func (c *interleaving) Cluster() bool { return true }
+
+func (c *interleaving) EvalSHA(ctx context.Context, sha string, keys, args []string) ([]int64, error) {
+	if args[2] != "u" {
+		return c.Client.EvalSHA(ctx, sha, keys, args)
+	}
+	c.once.Do(c.before)
+	if c.naive != nil {
+		for _, sc := range perAlgorithm {
+			if sc.sha == sha {
+				return c.Client.Eval(ctx, c.naive(sc.src), keys, args)
+			}
+		}
+	}
+	return c.Client.EvalSHA(ctx, sha, keys, args)
+}
+
+// An undo never gives back more than the limit allows: when another call
+// wrote the state between a spend and its undo — refilling a bucket to its
+// cap, or counting in the next window — the spend is left spent (the call
+// under-admits, as documented) rather than given back into a state that
+// no longer holds it. The naive undo (the same script without its guard)
+// admits one call too many in every case.
+func TestUndoAfterAnotherWrite(t *testing.T) {
+	t.Parallel()
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{redistest.Addr(t)}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rc.Close)
+	// The guard of each fragment, and the naive variant without it.
+	guards := map[sluice.Algorithm]string{
+		sluice.TokenBucket: "if s[3] == uv then",
+		sluice.GCRA:        "if s[3] == uv then",
+		sluice.LeakyBucket: "if s[3] == uv then",
+		sluice.FixedWindow: "if sfdiv(uat, window) * window == s[1] then",
+	}
+	for alg, guard := range guards {
+		for _, naive := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%v/naive=%v", alg, naive), func(t *testing.T) {
+				t.Parallel()
+				if !strings.Contains(perAlgorithm[alg].src, guard) {
+					t.Fatalf("the %v undo has no guard %q", alg, guard)
+				}
+				clock := limittest.NewClock(time.Now().Truncate(time.Hour))
+				c := &interleaving{Client: NewRueidis(rc)}
+				if naive {
+					c.naive = func(src string) string { return strings.Replace(src, guard, "if true then", 1) }
+				}
+				s, err := New(Options{Client: c, TestNow: clock.Now})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer s.Close()
+				key := fmt.Sprintf("%s/%d", t.Name(), time.Now().UnixNano())
+				// Capacity 2, all of it back within a second.
+				limit := sluice.Limit{Name: "undo", Algorithm: alg, Quota: 2, Window: time.Second}
+				blocker := sluice.Limit{Name: "blocker", Quota: 1, Window: time.Hour}
+				ctx := context.Background()
+				if d, err := s.Allow(ctx, key+"/b", blocker, 1); err != nil || !d.Allowed {
+					t.Fatalf("blocker: %+v, %v", d, err)
+				}
+				c.before = func() {
+					// Ten seconds later, another caller spends one: the state
+					// is full again, then holds that one.
+					clock.Add(10 * time.Second)
+					if d, err := s.Allow(ctx, key, limit, 1); err != nil || !d.Allowed || d.Remaining != 1 {
+						t.Errorf("the caller in between: %+v, %v", d, err)
+					}
+				}
+				reqs := []sluice.Request{{Key: key, Limit: limit, Cost: 1}, {Key: key + "/b", Limit: blocker, Cost: 1}}
+				if _, slot := s.keys.stateKey(s.limitPart(t, limit), key); slot == s.slotOf(t, blocker, key+"/b") {
+					t.Fatal("the two keys share a hash slot: no compensation to test")
+				}
+				if d, err := s.AllowAll(ctx, reqs, sluice.AllOrNothing, nil); err != nil || d.Allowed {
+					t.Fatalf("AllowAll: %+v, %v; want rejected by the blocker", d, err)
+				}
+				if s.Stats().Compensations == 0 {
+					t.Fatal("nothing undone")
+				}
+				// At this instant: one was spent by the caller in between, so
+				// exactly one more fits.
+				allowed := 0
+				for range 3 {
+					if d, _ := s.Allow(ctx, key, limit, 1); d.Allowed {
+						allowed++
+					}
+				}
+				switch {
+				case !naive && allowed != 1:
+					t.Fatalf("%d allowed after the undo; want 1 (capacity 2, one spent in between)", allowed)
+				case naive && allowed != 2:
+					t.Fatalf("naive undo: %d allowed; want 2 (the control must over-admit)", allowed)
+				}
+			})
+		}
+	}
+}
+
+// limitPart and slotOf locate a limit's states, for the test's check that
+// its keys fall in different slots.
+func (s *Store) limitPart(t *testing.T, l sluice.Limit) string {
+	c, err := s.compile(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.limitPart
+}
+
+func (s *Store) slotOf(t *testing.T, l sluice.Limit, key string) uint16 {
+	_, slot := s.keys.stateKey(s.limitPart(t, l), key)
+	return slot
+}
