@@ -43,7 +43,11 @@ func (c *counting) Eval(ctx context.Context, script string, keys, args []string)
 	if c.argv != nil {
 		args = c.argv(args)
 	}
-	return c.Client.Eval(ctx, script, keys, args)
+	v, err := c.Client.Eval(ctx, script, keys, args)
+	if err == nil && c.answer != nil {
+		v = c.answer(v)
+	}
+	return v, err
 }
 
 func sharedClient(t *testing.T) redisstore.Client {
@@ -123,6 +127,7 @@ func TestGarbageIsAnError(t *testing.T) {
 		{"short reply", &counting{answer: func(v []int64) []int64 { return v[:3] }}, "3 values for 1 keys"},
 		{"impossible remaining", &counting{answer: func(v []int64) []int64 { v[3] = 1 << 60; return v }}, "remaining"},
 		{"allowed and never", &counting{answer: func(v []int64) []int64 { v[2], v[4] = 1, -1; return v }}, "wait -1"},
+		{"allowed but unspent", &counting{answer: func(v []int64) []int64 { v[2], v[4] = 5, 0; return v }}, "unspent in a call allowed whole"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			c.client.Client = sharedClient(t)

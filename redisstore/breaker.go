@@ -46,7 +46,9 @@ func (b *breaker) failure(probe bool) {
 		if b.openUntil.Swap(b.now().Add(b.cooldown).UnixNano()) == 0 || probe {
 			b.opens.Add(1)
 		}
-		b.probing.Store(false)
+		if probe {
+			b.probing.Store(false)
+		}
 	}
 }
 

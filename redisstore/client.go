@@ -38,10 +38,10 @@ func (e *ReplyError) Error() string { return "redis: " + e.Msg }
 func (e *ReplyError) NoScript() bool { return strings.HasPrefix(e.Msg, "NOSCRIPT") }
 
 // Unavailable reports a reply that means "not now" rather than "wrong": the
-// server is loading, failing over, or its cluster is down. The store
-// treats these as outages.
+// server is loading, failing over, its cluster is down, it is out of
+// memory or cannot persist. The store treats these as outages.
 func (e *ReplyError) Unavailable() bool {
-	for _, p := range []string{"LOADING", "CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "READONLY", "BUSY"} {
+	for _, p := range []string{"LOADING", "CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "READONLY", "BUSY", "OOM", "MISCONF"} {
 		if strings.HasPrefix(e.Msg, p) {
 			return true
 		}

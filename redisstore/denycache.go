@@ -9,7 +9,9 @@ import (
 
 // denyCache remembers, in process, keys Redis rejected until a known
 // instant, and answers them itself until then: a hammering client costs
-// no round trip. Bounded: past its size it forgets an entry at random
+// no round trip. Only a cost at least the rejected one is answered (a
+// smaller one may fit), and only for limits that nothing but time frees
+// (not Concurrency, whose slots a release frees at any moment). Bounded: past its size it forgets an entry at random
 // (the next call asks Redis again, which is only slower). Safe for
 // concurrent use.
 type denyCache struct {
@@ -20,6 +22,7 @@ type denyCache struct {
 
 type denied struct {
 	until time.Time // local clock
+	cost  int64     // atoms: the cost rejected
 	d     sluice.Decision
 }
 
@@ -27,8 +30,9 @@ func newDenyCache(size int) *denyCache {
 	return &denyCache{size: size, entries: make(map[string]denied)}
 }
 
-// get returns the cached rejection of key, its durations aged to now.
-func (c *denyCache) get(key string, now time.Time) (sluice.Decision, bool) {
+// get returns the cached rejection of cost on key, its durations aged to
+// now.
+func (c *denyCache) get(key string, cost int64, now time.Time) (sluice.Decision, bool) {
 	c.mu.Lock()
 	e, ok := c.entries[key]
 	if ok && !now.Before(e.until) {
@@ -36,7 +40,7 @@ func (c *denyCache) get(key string, now time.Time) (sluice.Decision, bool) {
 		ok = false
 	}
 	c.mu.Unlock()
-	if !ok {
+	if !ok || cost < e.cost {
 		return sluice.Decision{}, false
 	}
 	d := e.d
@@ -46,8 +50,8 @@ func (c *denyCache) get(key string, now time.Time) (sluice.Decision, bool) {
 	return d, true
 }
 
-// put remembers a rejection that lasts d.RetryAfter from now.
-func (c *denyCache) put(key string, d sluice.Decision, now time.Time) {
+// put remembers a rejection of cost that lasts d.RetryAfter from now.
+func (c *denyCache) put(key string, cost int64, d sluice.Decision, now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.entries) >= c.size {
@@ -56,5 +60,5 @@ func (c *denyCache) put(key string, d sluice.Decision, now time.Time) {
 			break
 		}
 	}
-	c.entries[key] = denied{until: now.Add(d.RetryAfter), d: d}
+	c.entries[key] = denied{until: now.Add(d.RetryAfter), cost: cost, d: d}
 }

@@ -252,23 +252,140 @@ func TestOutage(t *testing.T) {
 	t.Logf("%d keys, each with a TTL", len(keys))
 }
 
-// A caller that cancels its context gets its error back: not a policy
-// decision, and not a failure of Redis for the breaker.
-func TestCancelledCallIsNotAnOutage(t *testing.T) {
+// A caller whose context ends first — cancelled, or its own deadline,
+// sooner than Timeout — gets its error back: not a policy decision, and
+// not a failure of Redis for the breaker.
+func TestCallerContextIsNotAnOutage(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name string
+		ctx  func() (context.Context, context.CancelFunc)
+		want error
+	}{
+		{"cancelled", func() (context.Context, context.CancelFunc) {
+			c, cancel := context.WithCancel(ctx)
+			time.AfterFunc(20*time.Millisecond, cancel)
+			return c, cancel
+		}, context.Canceled},
+		{"deadline sooner than Timeout", func() (context.Context, context.CancelFunc) {
+			return context.WithTimeout(ctx, 20*time.Millisecond)
+		}, context.DeadlineExceeded},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.StartServer(t)
+			proxy := redistest.StartProxy(t, srv.Addr())
+			s := newStore(t, redisstore.Options{Client: redisstore.NewRueidis(newRueidis(t, proxy.Addr())), Timeout: time.Second, BreakerFailures: 1})
+			limit := sluice.Limit{Name: "cancel", Quota: 5, Window: time.Second}
+			if _, err := s.Allow(ctx, "k", limit, 1); err != nil {
+				t.Fatal(err)
+			}
+			proxy.Blackhole(true)
+			callCtx, cancel := c.ctx()
+			defer cancel()
+			if d, err := s.Allow(callCtx, "k", limit, 1); !errors.Is(err, c.want) || d.Allowed {
+				t.Fatalf("Allow = %+v, %v; want no decision and %v", d, err, c.want)
+			}
+			proxy.Blackhole(false)
+			if st := s.Stats(); st.Failures != 0 || st.BreakerOpen || st.FailOpen != 0 {
+				t.Fatalf("Stats = %+v: the caller's context counted against Redis", st)
+			}
+		})
+	}
+}
+
+// What the policies decide beyond allow and reject, Redis being down: a
+// cost that never fits is refused whatever the policy; FailLocal keeps a
+// concurrency ticket and divides every amount of the limit among the
+// instances; a call another part rejects spends nothing locally.
+func TestFallbackDecisions(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartServer(t)
-	proxy := redistest.StartProxy(t, srv.Addr())
-	s := newStore(t, redisstore.Options{Client: redisstore.NewRueidis(newRueidis(t, proxy.Addr())), Timeout: time.Second, BreakerFailures: 1})
-	limit := sluice.Limit{Name: "cancel", Quota: 5, Window: time.Second}
-	s.Allow(ctx, "k", limit, 1)
-	proxy.Blackhole(true)
-	c, cancel := context.WithCancel(ctx)
-	time.AfterFunc(20*time.Millisecond, cancel)
-	if _, err := s.Allow(c, "k", limit, 1); !errors.Is(err, context.Canceled) {
-		t.Fatalf("err = %v, want context.Canceled", err)
-	}
-	proxy.Blackhole(false)
-	if st := s.Stats(); st.Failures != 0 || st.BreakerOpen || st.FailOpen != 0 {
-		t.Fatalf("Stats = %+v: a cancelled call counted against Redis", st)
-	}
+	s := newStore(t, redisstore.Options{
+		Client: redisstore.NewRueidis(newRueidis(t, srv.Addr())), Timeout: 30 * time.Millisecond,
+		BreakerCooldown: time.Hour, Instances: 3, Policy: redisstore.FailLocal,
+		Policies: map[string]redisstore.Policy{"open": redisstore.FailOpen, "closed": redisstore.FailClosed},
+	})
+	srv.Kill()
+
+	t.Run("cost that never fits", func(t *testing.T) {
+		open := sluice.Limit{Name: "open", Quota: 10, Window: time.Second}
+		d, err := s.Allow(ctx, "k", open, 11)
+		if !errors.Is(err, sluice.ErrCostExceedsLimit) || d.Allowed || d.RetryAfter != sluice.Never {
+			t.Fatalf("fail_open, cost 11 of 10: %+v, %v; want Never and ErrCostExceedsLimit", d, err)
+		}
+	})
+	t.Run("concurrency ticket", func(t *testing.T) {
+		slots := sluice.Limit{Name: "slots", Algorithm: sluice.Concurrency, Quota: 7, Window: time.Hour}
+		d, err := s.Allow(ctx, "k", slots, 2) // 7/3 → 2 slots here
+		if err != nil || !d.Allowed || d.Ticket == 0 || d.Limit != slots {
+			t.Fatalf("fail_local concurrency: %+v, %v; want allowed with a ticket", d, err)
+		}
+		if d2, _ := s.Allow(ctx, "k", slots, 1); d2.Allowed {
+			t.Fatalf("a third slot of 7/3: %+v", d2)
+		}
+		if err := s.Release(ctx, "k", slots, d.Ticket); err == nil {
+			t.Fatal("Release with Redis down: no error")
+		}
+		if d3, _ := s.Allow(ctx, "k", slots, 2); !d3.Allowed {
+			t.Fatalf("after the release, locally: %+v", d3)
+		}
+	})
+	t.Run("scaled amounts", func(t *testing.T) {
+		for _, c := range []struct {
+			limit sluice.Limit
+			cost  float64
+			left  float64 // Remaining after the cost, at a third of the limit
+		}{
+			{sluice.Limit{Name: "tb", Quota: 10, Window: time.Hour}, 1, 2.333333},
+			{sluice.Limit{Name: "tb-burst", Quota: 10, Window: time.Hour, Burst: 31}, 1, 9.333333},
+			{sluice.Limit{Name: "log", Algorithm: sluice.SlidingLog, Quota: 10, Window: time.Hour}, 1, 2},
+			{sluice.Limit{Name: "leaky", Algorithm: sluice.LeakyBucket, Quota: 9, Window: time.Hour, Burst: 9, DelayThreshold: 6}, 1, 2},
+		} {
+			d, err := s.Allow(ctx, "k", c.limit, c.cost)
+			if err != nil || !d.Allowed || d.Remaining != c.left || d.Limit != c.limit {
+				t.Errorf("%v: %+v, %v; want allowed, %v left", c.limit, d, err, c.left)
+			}
+		}
+		// A third of the leaky bucket's threshold (1 of 3): the third
+		// unit, queued behind two, waits (behind the whole threshold of 3
+		// it would not).
+		leaky := sluice.Limit{Name: "leaky2", Algorithm: sluice.LeakyBucket, Quota: 9, Window: 9 * time.Second, Burst: 9, DelayThreshold: 3}
+		var delays []time.Duration
+		for range 3 {
+			d, _ := s.Allow(ctx, "k", leaky, 1)
+			delays = append(delays, d.Delay)
+		}
+		if delays[0] != 0 || delays[1] != 0 || delays[2] == 0 {
+			t.Errorf("delays %v; want the first two free (threshold 3/3), the third delayed", delays)
+		}
+		// Too large for this instance's share, though within the limit:
+		// rejected, as by FailClosed, and no error.
+		big := sluice.Limit{Name: "big", Quota: 10, Window: time.Hour}
+		if d, err := s.Allow(ctx, "k", big, 5); err != nil || d.Allowed || d.RetryAfter != time.Second {
+			t.Errorf("cost 5 of a share of 3.3: %+v, %v; want rejected for 1 s", d, err)
+		}
+	})
+	t.Run("rejected call spends nothing locally", func(t *testing.T) {
+		local := sluice.Limit{Name: "local", Quota: 3, Window: time.Hour} // 1 here
+		closed := sluice.Limit{Name: "closed", Quota: 3, Window: time.Hour}
+		slots := sluice.Limit{Name: "slots2", Algorithm: sluice.Concurrency, Quota: 3, Window: time.Hour}
+		each := make([]sluice.Decision, 3)
+		for _, mode := range []sluice.Mode{sluice.AllOrNothing, sluice.RejectionsCount} {
+			reqs := []sluice.Request{{Key: mode.String(), Limit: local, Cost: 1}, {Key: mode.String(), Limit: slots, Cost: 1}, {Key: mode.String(), Limit: closed, Cost: 1}}
+			if d, err := s.AllowAll(ctx, reqs, mode, each); err != nil || d.Allowed || d.Limit != closed {
+				t.Fatalf("%v: %+v, %v; want rejected by fail_closed", mode, d, err)
+			}
+			if each[1].Ticket != 0 {
+				t.Fatalf("%v: a ticket for a rejected call: %+v", mode, each[1])
+			}
+			d, _ := s.Allow(ctx, mode.String(), local, 1)
+			if want := mode == sluice.AllOrNothing; d.Allowed != want {
+				t.Fatalf("%v: the local limit after the rejected call: %+v; allowed want %v", mode, d, want)
+			}
+			if d, _ := s.Allow(ctx, mode.String(), slots, 1); !d.Allowed {
+				t.Fatalf("%v: the concurrency limit after the rejected call: %+v; want its slot free", mode, d)
+			}
+		}
+	})
 }

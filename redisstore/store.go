@@ -25,6 +25,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"strconv"
@@ -81,7 +82,11 @@ type Options struct {
 	// is stored there. Changing it starts every key fresh.
 	KeyHMAC []byte
 
-	// Timeout bounds each call to Redis. Default 50 ms.
+	// Timeout bounds each call to Redis. Default 50 ms. A call that times
+	// out is a failure of Redis: the policy decides, and the breaker counts
+	// it. A caller's context that ends first (cancelled, or a deadline
+	// sooner than Timeout) is the caller's: Allow returns its error, and
+	// the breaker does not count it.
 	Timeout time.Duration
 
 	// Policy is what a limit decides when Redis cannot answer, unless
@@ -104,9 +109,11 @@ type Options struct {
 	BreakerCooldown time.Duration
 
 	// DenyCache, when positive, is the number of rejected keys remembered
-	// in process: a key Redis rejected until T is rejected locally until T,
-	// without a round trip. Only single-limit calls (Allow) use it. Off by
-	// default: it trades exact remaining counts for fewer calls.
+	// in process: a key Redis rejected a cost on until T is rejected
+	// locally until T, for that cost or more, without a round trip. Only
+	// single-limit calls (Allow) on limits other than Concurrency use it.
+	// Off by default: it trades exact remaining counts (and a RetryAfter
+	// that, for a larger cost, may be short) for fewer calls.
 	DenyCache int
 
 	// TestNow, for tests only, makes decisions use this clock instead of
@@ -137,7 +144,7 @@ type Stats struct {
 	BreakerOpen    bool   // whether the breaker is open now
 	BreakerOpens   uint64 // times the breaker opened
 	DenyCacheHits  uint64 // rejections answered locally (DenyCache)
-	Compensations  uint64 // spends undone after a multi-limit call across hash slots was rejected
+	Compensations  uint64 // spends undone (or found already refilled) after a multi-limit call across hash slots was rejected
 	ClockBackwards uint64 // decisions whose Redis clock was behind a key's state (clamped)
 }
 
@@ -212,7 +219,7 @@ func New(opts Options) (*Store, error) {
 		keys:     newKeyer(prefix, opts.KeyHMAC),
 		timeout:  cmp.Or(opts.Timeout, DefaultTimeout),
 		policy:   opts.Policy,
-		policies: opts.Policies,
+		policies: maps.Clone(opts.Policies),
 		fleet:    cmp.Or(opts.Instances, 1),
 		closedRA: cmp.Or(opts.FailClosedRetryAfter, DefaultFailClosedRetryAfter),
 		testNow:  opts.TestNow,
@@ -265,8 +272,9 @@ func (s *Store) Allow(ctx context.Context, key string, limit sluice.Limit, cost 
 	if err := s.resolve(&r, key, limit, cost); err != nil {
 		return sluice.Decision{}, err
 	}
-	if s.deny != nil {
-		if d, ok := s.deny.get(r.key, s.localNow()); ok {
+	cacheable := s.deny != nil && limit.Algorithm != sluice.Concurrency
+	if cacheable {
+		if d, ok := s.deny.get(r.key, r.cost, s.localNow()); ok {
 			s.denyHits.Add(1)
 			return d, nil
 		}
@@ -276,11 +284,12 @@ func (s *Store) Allow(ctx context.Context, key string, limit sluice.Limit, cost 
 		if !isOutage(err) {
 			return sluice.Decision{}, err
 		}
-		return s.fallback(ctx, []request{r}, []sluice.Request{{Key: key, Limit: limit, Cost: cost}}, sluice.AllOrNothing, nil)
+		ds, err := s.fallback(ctx, []request{r}, []sluice.Request{{Key: key, Limit: limit, Cost: cost}}, sluice.AllOrNothing)
+		return ds[0], err
 	}
 	d, err := s.decision(&r, res[0])
-	if s.deny != nil && !d.Allowed && err == nil {
-		s.deny.put(r.key, d, s.localNow())
+	if cacheable && !d.Allowed && err == nil {
+		s.deny.put(r.key, r.cost, d, s.localNow())
 	}
 	return d, err
 }
@@ -333,7 +342,9 @@ func (s *Store) AllowAll(ctx context.Context, reqs []sluice.Request, mode sluice
 		if !isOutage(err) {
 			return sluice.Decision{}, err
 		}
-		return s.fallback(ctx, rs, reqs, mode, each)
+		ds, err := s.fallback(ctx, rs, reqs, mode)
+		copy(each, ds)
+		return sluice.Combine(ds), err
 	}
 	ds := make([]sluice.Decision, len(rs))
 	var errs []error
@@ -414,9 +425,11 @@ func (s *Store) decideGroups(ctx context.Context, rs []request, mode sluice.Mode
 			if len(undo) == 0 {
 				continue
 			}
-			s.compensations.Add(uint64(len(undo)))
+			// The undo runs even if the caller has given up meanwhile: a
+			// spend left behind is capacity lost until it refills.
 			out := make([]result, len(undo))
-			if err := s.run(ctx, 'u', mode, undo, out); err == nil {
+			if err := s.run(context.WithoutCancel(ctx), 'u', mode, undo, out); err == nil {
+				s.compensations.Add(uint64(len(undo)))
 				for k, i := range where {
 					out[k].flags |= flagAllowed // it would have fit
 					res[i] = out[k]
@@ -504,23 +517,42 @@ func (s *Store) compile(limit sluice.Limit) (*compiled, error) {
 	return c, nil
 }
 
-// scaleDown is limit divided among n processes, for FailLocal.
+// scaleDown is limit divided among n processes, for FailLocal. A bucket
+// (TokenBucket, GCRA, LeakyBucket) keeps its quota over n windows, which
+// divides its rate exactly, and divides its burst; the other algorithms
+// divide their quota. Divided amounts are rounded down, to the limit's
+// resolution if the result is a valid limit, else to thousandths, else to
+// units, and are at least that step (whole units for SlidingLog and
+// Concurrency). A limit that cannot be divided into a valid one is kept
+// whole: each process then allows the whole limit while Redis is away.
 func scaleDown(l sluice.Limit, n int) sluice.Limit {
 	if n <= 1 {
 		return l
 	}
-	div := func(v float64) float64 {
-		v /= float64(n)
-		if l.WholeUnits() {
-			return max(1, math.Floor(v))
+	for _, perUnit := range []float64{1e6, 1e3, 1} {
+		if l.WholeUnits() && perUnit > 1 {
+			continue
 		}
-		return max(v, 1e-6)
+		div := func(v float64) float64 {
+			return max(1/perUnit, math.Floor(v/float64(n)*perUnit*(1+1e-12))/perUnit)
+		}
+		scaled := l
+		if l.HasBurst() && l.Window <= sluice.MaxWindow/time.Duration(n) {
+			scaled.Window = l.Window * time.Duration(n)
+			scaled.Burst = div(l.Capacity())
+		} else {
+			scaled.Quota = div(l.Quota)
+			if l.Burst != 0 {
+				scaled.Burst = div(l.Burst)
+			}
+		}
+		if l.DelayThreshold != 0 {
+			scaled.DelayThreshold = min(div(l.DelayThreshold), scaled.Capacity())
+		}
+		if scaled.Validate() == nil {
+			return scaled
+		}
 	}
-	l.Quota = div(l.Quota)
-	if l.Burst != 0 {
-		l.Burst = div(l.Burst)
-	}
-	l.DelayThreshold = min(l.DelayThreshold, l.Capacity())
 	return l
 }
 
@@ -585,9 +617,11 @@ func (s *Store) run(ctx context.Context, op byte, mode sluice.Mode, rs []request
 		reply, err = s.client.Eval(ctx, sc.src, keys, args)
 	}
 	if err != nil {
-		if errors.Is(parent.Err(), context.Canceled) {
+		if callerDone(parent) {
+			// The caller gave up (cancelled, or its own deadline, sooner than
+			// Timeout, passed): not Redis's failure.
 			s.breaker.release(probe)
-			return fmt.Errorf("redisstore: %w", parent.Err()) // the caller gave up: not Redis's failure
+			return fmt.Errorf("%w: %w", errCallerDone, cmp.Or(parent.Err(), context.DeadlineExceeded))
 		}
 		if isOutage(err) {
 			s.failures.Add(1)
@@ -649,6 +683,17 @@ func parseReply(op byte, reply []int64, rs []request, res []result) error {
 		}
 		res[i] = x
 	}
+	if op == 'd' {
+		// A part is left unspent only when another part rejects the call.
+		rejected, unspent := false, false
+		for _, x := range res[:len(rs)] {
+			rejected = rejected || !x.allowed()
+			unspent = unspent || x.unspent()
+		}
+		if unspent && !rejected {
+			return bad("a part left unspent in a call allowed whole")
+		}
+	}
 	return nil
 }
 
@@ -685,17 +730,32 @@ func (s *Store) decision(r *request, x result) (sluice.Decision, error) {
 	return d, nil
 }
 
+// callerDone reports whether ctx has ended, or its deadline has passed (a
+// client may time a call out on its own timer, a moment before ctx's
+// fires).
+func callerDone(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	d, ok := ctx.Deadline()
+	return ok && !time.Now().Before(d)
+}
+
+// errCallerDone: the caller's context ended before Redis answered. The
+// error goes back to the caller; no policy applies.
+var errCallerDone = errors.New("redisstore: the call's context ended before Redis answered")
+
 // errBreakerOpen: the breaker is open; no call was made.
 var errBreakerOpen = errors.New("redisstore: breaker open after repeated failures")
 
 // isOutage reports an error that means Redis could not answer (as opposed
 // to answering something wrong): the failure policy applies.
 func isOutage(err error) bool {
+	if errors.Is(err, errCallerDone) {
+		return false
+	}
 	if errors.Is(err, errBreakerOpen) {
 		return true
-	}
-	if errors.Is(err, context.Canceled) {
-		return false
 	}
 	var re *ReplyError
 	if errors.As(err, &re) {
@@ -704,35 +764,68 @@ func isOutage(err error) bool {
 	return !errors.Is(err, ErrBadReply)
 }
 
-// fallback decides reqs by their policies, Redis being unreachable.
-func (s *Store) fallback(ctx context.Context, rs []request, reqs []sluice.Request, mode sluice.Mode, each []sluice.Decision) (sluice.Decision, error) {
+// fallback decides reqs by their policies, Redis being unreachable. A
+// cost that can never fit is refused as it would be by Redis, whatever the
+// policy. FailLocal parts are decided by the in-process limiter, at the
+// limit divided among Instances; one too large for that share is rejected
+// as by FailClosed. When a part rejects the call (FailClosed, a cost that
+// never fits) the local parts are decided as part of a rejected call: in
+// AllOrNothing mode nothing is spent on them.
+func (s *Store) fallback(ctx context.Context, rs []request, reqs []sluice.Request, mode sluice.Mode) ([]sluice.Decision, error) {
 	ds := make([]sluice.Decision, len(rs))
 	var local []sluice.Request
 	var where []int
+	var errs []error
+	rejected := false
 	for i, r := range rs {
-		switch r.c.policy {
-		case FailOpen:
+		limit := r.c.params.Limit
+		closed := sluice.Decision{Limit: limit, RetryAfter: s.closedRA}
+		switch {
+		case r.cost > r.c.ints.Cap:
+			ds[i], rejected = sluice.Decision{Limit: limit, RetryAfter: sluice.Never}, true
+			err := r.c.params.NeverError(r.cost)
+			if len(rs) > 1 {
+				err = fmt.Errorf("request %d: %w", i, err)
+			}
+			errs = append(errs, err)
+		case r.c.policy == FailOpen:
 			s.failOpen.Add(1)
-			ds[i] = sluice.Decision{Allowed: true, Limit: r.c.params.Limit}
-		case FailClosed:
+			ds[i] = sluice.Decision{Allowed: true, Limit: limit}
+		case r.c.policy == FailClosed:
 			s.failClosed.Add(1)
-			ds[i] = sluice.Decision{Limit: r.c.params.Limit, RetryAfter: s.closedRA}
-		case FailLocal:
+			ds[i], rejected = closed, true
+		case reqs[i].Cost > r.c.local.Capacity():
+			s.failClosed.Add(1) // too large for this process's share
+			ds[i], rejected = closed, true
+		default:
 			s.failLocal.Add(1)
 			q := reqs[i]
 			q.Limit = r.c.local
 			local, where = append(local, q), append(where, i)
 		}
 	}
-	var err error
 	if len(local) > 0 {
+		if rejected {
+			// Decide the local parts within a call that is rejected.
+			local = append(local, rejectAll)
+		}
 		out := make([]sluice.Decision, len(local))
-		_, err = s.local.AllowAll(ctx, local, mode, out)
+		_, err := s.local.AllowAll(ctx, local, mode, out)
+		if err != nil && !rejected {
+			errs = append(errs, err)
+		}
 		for k, i := range where {
 			ds[i] = out[k]
 			ds[i].Limit = rs[i].c.params.Limit
 		}
 	}
-	copy(each, ds)
-	return sluice.Combine(ds), err
+	return ds, errors.Join(errs...)
+}
+
+// rejectAll is a request that never fits, added to the local parts of a
+// call another part rejects.
+var rejectAll = sluice.Request{
+	Key:   "rejected",
+	Limit: sluice.Limit{Name: "redisstore.rejected", Quota: 1, Window: time.Second},
+	Cost:  2,
 }
