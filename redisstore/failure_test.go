@@ -87,6 +87,30 @@ func TestDenyCache(t *testing.T) {
 	if d, _ := s.Allow(ctx, key, limit, 1); !d.Allowed {
 		t.Fatalf("after RetryAfter: %+v", d)
 	}
+
+	// A smaller cost than the one rejected may fit: it asks Redis.
+	big := sluice.Limit{Name: "deny-big", Quota: 10, Window: time.Second}
+	s.Allow(ctx, key, big, 9)
+	if d, _ := s.Allow(ctx, key, big, 2); d.Allowed {
+		t.Fatalf("cost 2 with 1 left: %+v", d)
+	}
+	calls = c.calls.Load()
+	if d, _ := s.Allow(ctx, key, big, 1); !d.Allowed || c.calls.Load() != calls+1 {
+		t.Fatalf("cost 1 after cost 2 was rejected: %+v, %d calls; want allowed by Redis", d, c.calls.Load()-calls)
+	}
+	// A concurrency limit is never cached: a release frees its slots at
+	// any moment.
+	slots := sluice.Limit{Name: "deny-slots", Algorithm: sluice.Concurrency, Quota: 1, Window: time.Hour}
+	held, _ := s.Allow(ctx, key, slots, 1)
+	if d, _ := s.Allow(ctx, key, slots, 1); d.Allowed {
+		t.Fatalf("a second slot of 1: %+v", d)
+	}
+	if err := s.Release(ctx, key, slots, held.Ticket); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := s.Allow(ctx, key, slots, 1); !d.Allowed {
+		t.Fatalf("after the release: %+v; want the freed slot, not a cached rejection", d)
+	}
 }
 
 // The outage: 2000 decisions/s while Redis is blackholed, then killed,
