@@ -42,7 +42,8 @@ func Example() {
 // Several limits on one request, checked in their declared order: nothing
 // is spent unless all allow it.
 func ExampleLimiter_allowAll() {
-	store, _ := memstore.New(memstore.Options{})
+	clock := limittest.NewClock(limittest.Epoch) // time stands still: the remaining counts are exact
+	store, _ := memstore.New(memstore.Options{Now: clock.Now})
 	defer store.Close()
 	perIP := sluice.Limit{Name: "per-ip", Quota: 2, Window: time.Minute}
 	perUser := sluice.Limit{Name: "per-user", Quota: 100, Window: time.Hour}
