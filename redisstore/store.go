@@ -795,7 +795,7 @@ func (s *Store) fallback(ctx context.Context, rs []request, reqs []sluice.Reques
 			s.failClosed.Add(1)
 			ds[i], rejected = closed, true
 		case reqs[i].Cost > r.c.local.Capacity():
-			s.failClosed.Add(1) // too large for this process's share
+			s.failLocal.Add(1) // too large for this process's share
 			ds[i], rejected = closed, true
 		default:
 			s.failLocal.Add(1)
