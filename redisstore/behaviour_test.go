@@ -122,7 +122,7 @@ func TestGarbageIsAnError(t *testing.T) {
 		client *counting
 		says   string
 	}{
-		{"old client protocol", &counting{argv: func(a []string) []string { a = append([]string(nil), a...); a[0] = "0"; return a }}, "script protocol 2, client protocol 0"},
+		{"old client protocol", &counting{argv: func(a []string) []string { a = append([]string(nil), a...); a[0] = "0"; return a }}, "script protocol 3, client protocol 0"},
 		{"foreign protocol in the reply", &counting{answer: func(v []int64) []int64 { v[0] = 9; return v }}, "script protocol 9"},
 		{"short reply", &counting{answer: func(v []int64) []int64 { return v[:3] }}, "3 values for 1 keys"},
 		{"impossible remaining", &counting{answer: func(v []int64) []int64 { v[3] = 1 << 60; return v }}, "remaining"},

@@ -27,15 +27,15 @@ var luaFiles embed.FS
 // scriptProtocol is the version of the scripts' KEYS/ARGV/reply layout; it
 // must match PROTOCOL in lua/head.lua.
 const (
-	scriptProtocol    = 2
-	scriptProtocolArg = "2"
+	scriptProtocol    = 3
+	scriptProtocolArg = "3"
 )
 
 // scriptParams is the number of ARGV entries per key; replyValues the
 // number of reply values per key.
 const (
 	scriptParams = 13
-	replyValues  = 6
+	replyValues  = 5
 )
 
 var algorithmFiles = [...]string{

@@ -85,8 +85,9 @@ type Options struct {
 	// Timeout bounds each call to Redis. Default 50 ms. A call that times
 	// out is a failure of Redis: the policy decides, and the breaker counts
 	// it. A caller's context that ends first (cancelled, or a deadline
-	// sooner than Timeout) is the caller's: Allow returns its error, and
-	// the breaker does not count it.
+	// sooner than Timeout) is the caller's: Allow returns its error and no
+	// policy applies; the breaker counts it only if it was a deadline that
+	// left Redis at least Timeout/2.
 	Timeout time.Duration
 
 	// Policy is what a limit decides when Redis cannot answer, unless
@@ -260,7 +261,7 @@ type request struct {
 	cost   int64 // atoms
 	ticket uint64
 	at     int64 // for undo: the instant the spend was decided (µs)
-	ver    int64 // for undo: the version of the state the spend wrote
+	stamp  int64 // a call that may be undone: the mark its spend leaves in a bucket's state
 }
 
 // Allow decides whether cost may be spent on key under limit now; see
@@ -384,7 +385,13 @@ func (s *Store) decideGroups(ctx context.Context, rs []request, mode sluice.Mode
 	if len(groups) == 1 {
 		return s.run(ctx, 'd', mode, rs, res)
 	}
-	// Across slots: each slot at once, then compensation.
+	// Across slots: each slot at once, then compensation. Each spend
+	// leaves a random stamp in a bucket's state, so that its undo can tell
+	// the state it wrote from one written since (by another call, or after
+	// the key expired and came back).
+	for i := range rs {
+		rs[i].stamp = rand.Int64N(1<<52) + 1 // exact in Lua's doubles
+	}
 	grouped := make([][]request, len(groups))
 	results := make([][]result, len(groups))
 	errs := make([]error, len(groups))
@@ -418,7 +425,7 @@ func (s *Store) decideGroups(ctx context.Context, rs []request, mode sluice.Mode
 			for j, i := range idx {
 				if r := results[g][j]; r.allowed() && !r.unspent() && (mode == sluice.AllOrNothing || rs[i].c.ints.Algorithm == sluice.Concurrency) {
 					u := grouped[g][j]
-					u.at, u.ver = r.at, r.ver
+					u.at = r.at
 					undo, where = append(undo, u), append(where, i)
 				}
 			}
@@ -563,7 +570,6 @@ type result struct {
 	wait      int64 // µs, -1 never
 	reset     int64 // µs
 	at        int64 // µs: the instant decided
-	ver       int64 // the version of the state written (token bucket, GCRA, leaky bucket)
 }
 
 const (
@@ -601,10 +607,12 @@ func (s *Store) run(ctx context.Context, op byte, mode sluice.Mode, rs []request
 	for i, r := range rs {
 		keys[i] = r.key
 		args = append(args, r.c.argv[:]...)
-		args = append(args, costArg(r.cost), uintArg(r.ticket), intArg(r.at), intArg(r.ver))
+		args = append(args, costArg(r.cost), uintArg(r.ticket), intArg(r.at), intArg(r.stamp))
 	}
-	parent := ctx
-	if d, ok := ctx.Deadline(); !ok || time.Until(d) > s.timeout {
+	parent, budget := ctx, s.timeout // budget: the time Redis is given
+	if d, ok := ctx.Deadline(); ok && time.Until(d) <= s.timeout {
+		budget = time.Until(d)
+	} else {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, s.timeout)
 		defer cancel()
@@ -618,9 +626,17 @@ func (s *Store) run(ctx context.Context, op byte, mode sluice.Mode, rs []request
 	}
 	if err != nil {
 		if callerDone(parent) {
-			// The caller gave up (cancelled, or its own deadline, sooner than
-			// Timeout, passed): not Redis's failure.
-			s.breaker.release(probe)
+			// The caller's context ended first: its error, no policy. A
+			// cancel says nothing about Redis; a deadline that gave Redis at
+			// least half of Timeout is Redis's failure too, for the breaker
+			// (else callers that pass short deadlines would never open it).
+			if !errors.Is(parent.Err(), context.Canceled) && budget >= s.timeout/2 {
+				s.failures.Add(1)
+				s.timeouts.Add(1)
+				s.breaker.failure(probe)
+			} else {
+				s.breaker.release(probe)
+			}
 			return fmt.Errorf("%w: %w", errCallerDone, cmp.Or(parent.Err(), context.DeadlineExceeded))
 		}
 		if isOutage(err) {
@@ -673,7 +689,7 @@ func parseReply(op byte, reply []int64, rs []request, res []result) error {
 	}
 	for i, r := range rs {
 		v := reply[2+replyValues*i : 2+replyValues*(i+1)]
-		x := result{flags: v[0], remaining: v[1], wait: v[2], reset: v[3], at: v[4], ver: v[5]}
+		x := result{flags: v[0], remaining: v[1], wait: v[2], reset: v[3], at: v[4]}
 		decided := op == 'd'
 		if x.flags < 0 || x.flags > 7 || x.remaining < 0 || x.remaining > r.c.ints.Cap || x.wait < -1 || x.reset < 0 ||
 			(x.allowed() && (x.wait == -1 || !decided)) ||

@@ -47,10 +47,11 @@ func (c *interleaving) EvalSHA(ctx context.Context, sha string, keys, args []str
 
 // An undo never gives back more than the limit allows: when another call
 // wrote the state between a spend and its undo — refilling a bucket to its
-// cap, or counting in the next window — the spend is left spent (the call
-// under-admits, as documented) rather than given back into a state that
-// no longer holds it. The naive undo (the same script without its guard)
-// admits one call too many in every case.
+// cap, counting in the next window, or writing a new state after the key
+// expired — the spend is left spent (the call under-admits, as documented)
+// rather than given back into a state that no longer holds it. The naive
+// undo (the same script without its guard) admits one call too many in
+// every case.
 func TestUndoAfterAnotherWrite(t *testing.T) {
 	t.Parallel()
 	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{redistest.Addr(t)}, DisableCache: true})
@@ -60,24 +61,34 @@ func TestUndoAfterAnotherWrite(t *testing.T) {
 	t.Cleanup(rc.Close)
 	// The guard of each fragment, and the naive variant without it.
 	guards := map[sluice.Algorithm]string{
-		sluice.TokenBucket: "if s[3] == uv then",
-		sluice.GCRA:        "if s[3] == uv then",
-		sluice.LeakyBucket: "if s[3] == uv then",
+		sluice.TokenBucket: "if stamp ~= 0 and s[3] == stamp then",
+		sluice.GCRA:        "if stamp ~= 0 and s[3] == stamp then",
+		sluice.LeakyBucket: "if stamp ~= 0 and s[3] == stamp then",
 		sluice.FixedWindow: "if sfdiv(uat, window) * window == s[1] then",
 	}
 	for alg, guard := range guards {
-		for _, naive := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%v/naive=%v", alg, naive), func(t *testing.T) {
+		for _, c := range []struct {
+			between string // "": nobody; "refilled"; "expired"
+			naive   bool
+			want    int // calls allowed at once after the undo
+		}{
+			{"", false, 2}, // the spend given back: the whole capacity
+			{"refilled", false, 1},
+			{"expired", false, 1},
+			{"refilled", true, 2}, // the control over-admits
+			{"expired", true, 2},
+		} {
+			t.Run(fmt.Sprintf("%v/between=%s/naive=%v", alg, c.between, c.naive), func(t *testing.T) {
 				t.Parallel()
 				if !strings.Contains(perAlgorithm[alg].src, guard) {
 					t.Fatalf("the %v undo has no guard %q", alg, guard)
 				}
 				clock := limittest.NewClock(time.Now().Truncate(time.Hour))
-				c := &interleaving{Client: NewRueidis(rc)}
-				if naive {
-					c.naive = func(src string) string { return strings.Replace(src, guard, "if true then", 1) }
+				client := &interleaving{Client: NewRueidis(rc)}
+				if c.naive {
+					client.naive = func(src string) string { return strings.Replace(src, guard, "if true then", 1) }
 				}
-				s, err := New(Options{Client: c, TestNow: clock.Now})
+				s, err := New(Options{Client: client, TestNow: clock.Now})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -90,10 +101,20 @@ func TestUndoAfterAnotherWrite(t *testing.T) {
 				if d, err := s.Allow(ctx, key+"/b", blocker, 1); err != nil || !d.Allowed {
 					t.Fatalf("blocker: %+v, %v", d, err)
 				}
-				c.before = func() {
+				client.before = func() {
+					if c.between == "" {
+						return
+					}
 					// Ten seconds later, another caller spends one: the state
-					// is full again, then holds that one.
+					// is full again (or gone, expired, and written anew), then
+					// holds that one.
 					clock.Add(10 * time.Second)
+					if c.between == "expired" {
+						stateKey, _ := s.keys.stateKey(s.limitPart(t, limit), key)
+						if err := rc.Do(ctx, rc.B().Del().Key(stateKey).Build()).Error(); err != nil {
+							t.Error(err)
+						}
+					}
 					if d, err := s.Allow(ctx, key, limit, 1); err != nil || !d.Allowed || d.Remaining != 1 {
 						t.Errorf("the caller in between: %+v, %v", d, err)
 					}
@@ -108,19 +129,16 @@ func TestUndoAfterAnotherWrite(t *testing.T) {
 				if s.Stats().Compensations == 0 {
 					t.Fatal("nothing undone")
 				}
-				// At this instant: one was spent by the caller in between, so
-				// exactly one more fits.
+				// At this instant, of a capacity of 2: both when the undo gave
+				// the spend back; one when a caller in between spent the other.
 				allowed := 0
 				for range 3 {
 					if d, _ := s.Allow(ctx, key, limit, 1); d.Allowed {
 						allowed++
 					}
 				}
-				switch {
-				case !naive && allowed != 1:
-					t.Fatalf("%d allowed after the undo; want 1 (capacity 2, one spent in between)", allowed)
-				case naive && allowed != 2:
-					t.Fatalf("naive undo: %d allowed; want 2 (the control must over-admit)", allowed)
+				if allowed != c.want {
+					t.Fatalf("%d allowed after the undo; want %d", allowed, c.want)
 				}
 			})
 		}

@@ -1,21 +1,21 @@
--- GCRA (internal/algo/gcra.go). State: {tat, frac, version}: TAT +
--- frac/r µs.
+-- GCRA (internal/algo/gcra.go). State: {tat, frac[, stamp]}: TAT +
+-- frac/r µs, and the stamp of the call that wrote it, if it may be undone.
 local tat, frac = at, 0
-if s ~= nil then tat, frac, ver = s[1], s[2], s[3] or 0 end
-ver = ver + 1
+if s ~= nil then tat, frac = s[1], s[2] end
 local backlog, over = 0, false
 if tat > at or (tat == at and frac > 0) then
   local dt = tat - at
   if dt > fdiv(capU, r) then over = true else backlog = dt * r + frac end
 end
-next = {tat, frac, ver - 1}
+next = {tat, frac}
 if cost > cap then
   wait = NEVER
 else
   local c = cost * w
   if not over and c <= capU - backlog then
     allowed, backlog = true, backlog + c
-    next = {at + fdiv(backlog, r), math.fmod(backlog, r), ver}
+    next = {at + fdiv(backlog, r), math.fmod(backlog, r)}
+    if stamp ~= 0 then next[3] = stamp end
   else
     wait = tat + scdiv(frac + c - capU, r) - at
   end

@@ -7,13 +7,13 @@
 -- ARGV: protocol, now (µs; "" for Redis TIME), op ("d" decide, "u" undo
 -- or release), mode ("0" all or nothing, "1" rejections count), then 13
 -- parameters per key: algorithm, capU, r, w, cap, quota, window, delayU,
--- fills, cost, ticket, and, to undo a spend, its instant and the version
--- it wrote.
+-- fills, cost, ticket, the instant of the spend to undo, and a stamp: the
+-- random mark a decision writes into a bucket's state (0: none; a call
+-- that may be undone has one), which its undo must find there.
 -- Reply: protocol, now, then per key: flags (1 allowed, 2 clamped, 4 not
 -- spent: a state reported as it is), remaining (atoms), wait (µs; -1
--- never), reset (µs), the instant decided, the version written (token
--- bucket, GCRA, leaky bucket: their states count their writes).
-local PROTOCOL = "2"
+-- never), reset (µs), the instant decided.
+local PROTOCOL = "3"
 if ARGV[1] ~= PROTOCOL then
   return redis.error_reply("sluice: script protocol " .. PROTOCOL .. ", client protocol " .. tostring(ARGV[1]))
 end

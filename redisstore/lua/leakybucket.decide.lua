@@ -1,8 +1,7 @@
--- Leaky bucket (internal/algo/leakybucket.go). State: {level, last,
--- version}.
+-- Leaky bucket (internal/algo/leakybucket.go). State: {level, last[,
+-- stamp]} (the stamp: see tokenbucket.decide.lua).
 local level, last = 0, now
-if s ~= nil then level, last, ver = s[1], s[2], s[3] or 0 end
-ver = ver + 1
+if s ~= nil then level, last = s[1], s[2] end
 if at < last then at, clamped = last, true end
 -- What has drained since last: the refill of the free space.
 local free, e = capU - level, at - last
@@ -26,4 +25,5 @@ else
   end
 end
 remaining, reset = fdiv(capU - level, w), cdiv(level, r)
-next, expire = {level, at, ver}, at + reset
+next, expire = {level, at}, at + reset
+if stamp ~= 0 then next[3] = stamp end

@@ -7,7 +7,8 @@ if ARGV[3] == "d" and #KEYS == 1 then
   local s = nil
   local raw = redis.call("GET", KEYS[1])
   if raw then s = cmsgpack.unpack(raw) end
-  local allowed, clamped, remaining, wait, reset, next, at, expire, ver = false, false, 0, 0, 0, nil, now, nil, 0
+  local stamp = tonumber(ARGV[17])
+  local allowed, clamped, remaining, wait, reset, next, at, expire = false, false, 0, 0, 0, nil, now, nil
   --@DECIDE@
   local flags = 0
   if clamped then flags = 2 end
@@ -19,7 +20,7 @@ if ARGV[3] == "d" and #KEYS == 1 then
       redis.call("SET", KEYS[1], cmsgpack.pack(next), "PX", cdiv(expire - now, 1000) + grace)
     end
   end
-  return {tonumber(PROTOCOL), now, flags, remaining, wait, reset, at, ver}
+  return {tonumber(PROTOCOL), now, flags, remaining, wait, reset, at}
 end
 
 -- The 13 parameters of key i (see the header).
@@ -35,14 +36,13 @@ end
 -- state as it is. A fragment computes: allowed, clamped, remaining, wait,
 -- reset, next (the new state), at (the instant decided: now, or the
 -- state's own instant when the clock is behind it), expire (the instant
--- from which next is fresh; nil: it is already), ver (the version next
--- carries, for the algorithms whose undo needs one).
+-- from which next is fresh; nil: it is already).
 local function decide(i, s, peek)
-  local alg, capU, r, w, cap, quota, window, delayU, fills, cost, ticket, uat, uv = param(i)
+  local alg, capU, r, w, cap, quota, window, delayU, fills, cost, ticket, uat, stamp = param(i)
   if peek then cost = cap + 1 end
-  local allowed, clamped, remaining, wait, reset, next, at, expire, ver = false, false, 0, 0, 0, nil, now, nil, 0
+  local allowed, clamped, remaining, wait, reset, next, at, expire = false, false, 0, 0, 0, nil, now, nil
   --@DECIDE@
-  return allowed, clamped, remaining, wait, reset, next, at, expire, alg, ver
+  return allowed, clamped, remaining, wait, reset, next, at, expire, alg
 end
 
 -- store writes a state with the expiry of its reset, or deletes it when it
@@ -62,9 +62,9 @@ local function load(key)
 end
 
 local reply = {tonumber(PROTOCOL), now}
-local function put(flags, remaining, wait, reset, at, ver)
+local function put(flags, remaining, wait, reset, at)
   local k = #reply
-  reply[k + 1], reply[k + 2], reply[k + 3], reply[k + 4], reply[k + 5], reply[k + 6] = flags, remaining, wait, reset, at, ver
+  reply[k + 1], reply[k + 2], reply[k + 3], reply[k + 4], reply[k + 5] = flags, remaining, wait, reset, at
 end
 
 local n = #KEYS
@@ -82,14 +82,14 @@ if ARGV[3] == "d" then
     if o[2] then clamped = 2 end
     if o[1] and (all or (rc and o[9] ~= 6)) then
       store(KEYS[i], o[6], o[8])
-      put(1 + clamped, o[3], o[4], o[5], o[7], o[10])
+      put(1 + clamped, o[3], o[4], o[5], o[7])
     elseif o[1] then
       -- It would have fit, but the call was rejected: nothing is spent.
       local _, pc, remaining, _, reset, _, at = decide(i, states[i], true)
       if pc then clamped = 2 else clamped = 0 end
-      put(5 + clamped, remaining, 0, reset, at, 0)
+      put(5 + clamped, remaining, 0, reset, at)
     else
-      put(clamped, o[3], o[4], o[5], o[7], 0)
+      put(clamped, o[3], o[4], o[5], o[7])
     end
   end
 elseif ARGV[3] == "u" then
@@ -98,7 +98,7 @@ elseif ARGV[3] == "u" then
   -- undo takes back key i's spend (its cost, at instant uat, or its
   -- concurrency ticket) from state s.
   local function undo(i, s)
-    local alg, capU, r, w, cap, quota, window, delayU, fills, cost, ticket, uat, uv = param(i)
+    local alg, capU, r, w, cap, quota, window, delayU, fills, cost, ticket, uat, stamp = param(i)
     local next, expire = nil, nil
     --@UNDO@
     return next, expire
@@ -113,7 +113,7 @@ elseif ARGV[3] == "u" then
     local _, pc, remaining, _, reset, _, at = decide(i, s, true)
     local clamped = 0
     if pc then clamped = 2 end
-    put(4 + clamped, remaining, 0, reset, at, 0)
+    put(4 + clamped, remaining, 0, reset, at)
   end
 else
   return redis.error_reply("sluice: unknown op " .. tostring(ARGV[3]))

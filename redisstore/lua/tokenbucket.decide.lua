@@ -1,8 +1,7 @@
--- Token bucket (internal/algo/tokenbucket.go). State: {tokens, last,
--- version}.
+-- Token bucket (internal/algo/tokenbucket.go). State: {tokens, last[,
+-- stamp]}: the stamp of the call that wrote it, if it may be undone.
 local tokens, last = capU, now
-if s ~= nil then tokens, last, ver = s[1], s[2], s[3] or 0 end
-ver = ver + 1
+if s ~= nil then tokens, last = s[1], s[2] end
 if at < last then at, clamped = last, true end
 local e = at - last
 if e >= fills then
@@ -18,4 +17,5 @@ else
   if c <= tokens then allowed, tokens = true, tokens - c else wait = cdiv(c - tokens, r) end
 end
 remaining, reset = fdiv(tokens, w), cdiv(capU - tokens, r)
-next, expire = {tokens, at, ver}, at + reset
+next, expire = {tokens, at}, at + reset
+if stamp ~= 0 then next[3] = stamp end
