@@ -107,6 +107,39 @@ var (
 	ErrCostExceedsLimit = errors.New("sluice: cost exceeds the limit's capacity")
 )
 
+// ValidateRequests checks what every Limiter checks of an AllowAll call
+// before it looks at any limit or state: a known mode, at least one
+// request, each nil or of len(reqs), and each present when a request is a
+// Concurrency limit (whose ticket is only reported there). Limits, keys,
+// costs and duplicates are the store's to check.
+func ValidateRequests(reqs []Request, mode Mode, each []Decision) error {
+	switch {
+	case mode != AllOrNothing && mode != RejectionsCount:
+		return fmt.Errorf("%w: unknown mode %d", ErrInvalidRequest, mode)
+	case each != nil && len(each) != len(reqs):
+		return fmt.Errorf("%w: %d decisions for %d requests", ErrInvalidRequest, len(each), len(reqs))
+	case len(reqs) == 0:
+		return fmt.Errorf("%w: no requests", ErrInvalidRequest)
+	}
+	if each == nil {
+		for i, q := range reqs {
+			if q.Limit.Algorithm == Concurrency {
+				return fmt.Errorf("%w: request %d is a concurrency limit: pass each to receive its ticket", ErrInvalidRequest, i)
+			}
+		}
+	}
+	return nil
+}
+
+// ValidateRelease checks that limit, whose slots a Release frees, is a
+// Concurrency limit.
+func ValidateRelease(limit Limit) error {
+	if limit.Algorithm != Concurrency {
+		return fmt.Errorf("%w: Release is for concurrency limits, %q is a %v", ErrInvalidRequest, limit.Name, limit.Algorithm)
+	}
+	return nil
+}
+
 // MaxKeyLen is the longest key, in bytes, a Limiter accepts.
 const MaxKeyLen = 1024
 

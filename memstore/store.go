@@ -249,14 +249,8 @@ func (s *Store) Allow(_ context.Context, key string, limit sluice.Limit, cost fl
 // read one clock instant. In RejectionsCount mode a Concurrency limit is
 // never charged for a rejected request (its slots would stay held).
 func (s *Store) AllowAll(_ context.Context, reqs []sluice.Request, mode sluice.Mode, each []sluice.Decision) (sluice.Decision, error) {
-	if mode != sluice.AllOrNothing && mode != sluice.RejectionsCount {
-		return sluice.Decision{}, fmt.Errorf("%w: unknown mode %d", sluice.ErrInvalidRequest, mode)
-	}
-	if each != nil && len(each) != len(reqs) {
-		return sluice.Decision{}, fmt.Errorf("%w: %d decisions for %d requests", sluice.ErrInvalidRequest, len(each), len(reqs))
-	}
-	if len(reqs) == 0 {
-		return sluice.Decision{}, fmt.Errorf("%w: no requests", sluice.ErrInvalidRequest)
+	if err := sluice.ValidateRequests(reqs, mode, each); err != nil {
+		return sluice.Decision{}, err
 	}
 	var (
 		rsBuf     [8]resolved
@@ -277,9 +271,6 @@ func (s *Store) AllowAll(_ context.Context, reqs []sluice.Request, mode sluice.M
 		}
 		call := algo.Call{Cost: rs[i].cost}
 		if q.Limit.Algorithm == sluice.Concurrency {
-			if each == nil {
-				return sluice.Decision{}, fmt.Errorf("%w: request %d is a concurrency limit: pass each to receive its ticket", sluice.ErrInvalidRequest, i)
-			}
 			call.Ticket = s.ticket()
 		}
 		calls = append(calls, call)
@@ -327,8 +318,8 @@ func (s *Store) AllowAll(_ context.Context, reqs []sluice.Request, mode sluice.M
 
 // Release frees the slots a Concurrency decision holds; see sluice.Limiter.
 func (s *Store) Release(_ context.Context, key string, limit sluice.Limit, ticket uint64) error {
-	if limit.Algorithm != sluice.Concurrency {
-		return fmt.Errorf("%w: Release is for concurrency limits, %q is a %v", sluice.ErrInvalidRequest, limit.Name, limit.Algorithm)
+	if err := sluice.ValidateRelease(limit); err != nil {
+		return err
 	}
 	var r resolved
 	if err := s.resolve(&r, key, limit, 1); err != nil {

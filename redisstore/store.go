@@ -315,14 +315,8 @@ func (s *Store) localNow() time.Time {
 // semantics under-admit, they never over-admit. A spend whose undo fails
 // stays spent.
 func (s *Store) AllowAll(ctx context.Context, reqs []sluice.Request, mode sluice.Mode, each []sluice.Decision) (sluice.Decision, error) {
-	if mode != sluice.AllOrNothing && mode != sluice.RejectionsCount {
-		return sluice.Decision{}, fmt.Errorf("%w: unknown mode %d", sluice.ErrInvalidRequest, mode)
-	}
-	if each != nil && len(each) != len(reqs) {
-		return sluice.Decision{}, fmt.Errorf("%w: %d decisions for %d requests", sluice.ErrInvalidRequest, len(each), len(reqs))
-	}
-	if len(reqs) == 0 {
-		return sluice.Decision{}, fmt.Errorf("%w: no requests", sluice.ErrInvalidRequest)
+	if err := sluice.ValidateRequests(reqs, mode, each); err != nil {
+		return sluice.Decision{}, err
 	}
 	rs := make([]request, len(reqs))
 	for i, q := range reqs {
@@ -333,9 +327,6 @@ func (s *Store) AllowAll(ctx context.Context, reqs []sluice.Request, mode sluice
 			if rs[j].key == rs[i].key {
 				return sluice.Decision{}, fmt.Errorf("%w: requests %d and %d have the same limit name %q and key", sluice.ErrInvalidRequest, j, i, q.Limit.Name)
 			}
-		}
-		if q.Limit.Algorithm == sluice.Concurrency && each == nil {
-			return sluice.Decision{}, fmt.Errorf("%w: request %d is a concurrency limit: pass each to receive its ticket", sluice.ErrInvalidRequest, i)
 		}
 	}
 	res := make([]result, len(rs))
@@ -361,8 +352,8 @@ func (s *Store) AllowAll(ctx context.Context, reqs []sluice.Request, mode sluice
 
 // Release frees the slots a Concurrency decision holds; see sluice.Limiter.
 func (s *Store) Release(ctx context.Context, key string, limit sluice.Limit, ticket uint64) error {
-	if limit.Algorithm != sluice.Concurrency {
-		return fmt.Errorf("%w: Release is for concurrency limits, %q is a %v", sluice.ErrInvalidRequest, limit.Name, limit.Algorithm)
+	if err := sluice.ValidateRelease(limit); err != nil {
+		return err
 	}
 	var r request
 	if err := s.resolve(&r, key, limit, 1); err != nil {
