@@ -34,6 +34,9 @@ func (s *Concurrency) ResetAt(*Params) int64 {
 
 // Step decides c; an allowed decision's Ticket is c.Ticket. See State.
 func (s *Concurrency) Step(p *Params, c Call, commit bool) (Result, error) {
+	if c.Force {
+		return Result{}, p.Chargeable() // not chargeable: the error says why
+	}
 	expired, total := 0, s.Total
 	for expired < len(s.Holders) && s.Holders[expired].Until <= c.Now {
 		total -= s.Holders[expired].Cost

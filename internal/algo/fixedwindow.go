@@ -8,7 +8,8 @@ import (
 // aligned to the Unix epoch: [k×W, (k+1)×W). A cost is admitted while the
 // window's count stays within the quota. Up to 2 × quota can pass in a short
 // span across a window boundary (the seed's 00:59.9 / 01:00.1 example);
-// SlidingLog and SlidingWindow do not have that weakness.
+// SlidingLog and SlidingWindow do not have that weakness. A charge
+// (Call.Force) may count up to 2 × quota: a debt until the window ends.
 type FixedWindow struct {
 	Start int64 // Unix microseconds at which the counted window starts
 	Count int64 // atoms admitted in it
@@ -44,7 +45,10 @@ func (s *FixedWindow) Step(p *Params, c Call, commit bool) (Result, error) {
 		next = FixedWindow{Start: start}
 	}
 	allowed, wait := false, int64(0)
-	if c.Cost > p.quota {
+	if c.Force {
+		allowed = true // a debt: the count may reach 2 × quota
+		next.Count = min(next.Count+min(c.Cost, 2*p.quota), 2*p.quota)
+	} else if c.Cost > p.quota {
 		wait, err = neverWait, p.never(c.Cost)
 	} else if next.Count+c.Cost <= p.quota {
 		allowed = true
@@ -59,7 +63,7 @@ func (s *FixedWindow) Step(p *Params, c Call, commit bool) (Result, error) {
 	if commit && allowed {
 		*s = next
 	}
-	return result(allowed, clamped, p.quota-next.Count, wait, reset), err
+	return result(allowed, clamped, max(p.quota-next.Count, 0), wait, reset), err
 }
 
 // windowStart is the start of the epoch-aligned window of length w holding t.

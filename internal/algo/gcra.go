@@ -12,7 +12,9 @@ import (
 // TokenBucket does (the property tests check it on random traces).
 //
 // The TAT is kept exactly: TAT microseconds plus Frac scaled units,
-// Frac < r, i.e. TAT + Frac/r microseconds.
+// Frac < r, i.e. TAT + Frac/r microseconds. A charge (Call.Force) moves
+// the TAT up to two capacities ahead of now: a backlog beyond the burst, a
+// debt.
 type GCRA struct {
 	TAT  int64 // Unix microseconds, whole part
 	Frac int64 // the sub-microsecond rest, in scaled units, 0 ≤ Frac < r
@@ -51,7 +53,21 @@ func (s *GCRA) Step(p *Params, c Call, commit bool) (Result, error) {
 	var err error
 	allowed, wait := false, int64(0)
 	next := *s
-	if c.Cost > p.cap {
+	if c.Force {
+		if err := p.Chargeable(); err != nil {
+			return Result{}, err
+		}
+		allowed = true
+		if dt := s.TAT - c.Now; dt <= 2*p.capU/r { // else deeper than the floor already (a clock far back)
+			b := max(0, dt)*r + s.Frac
+			if dt < 0 {
+				b = 0
+			}
+			b = min(b+min(c.Cost, 2*p.cap)*p.rate.PerAtom, 2*p.capU) // ≤ 4capU + r < 2^53 (Chargeable)
+			next = GCRA{TAT: c.Now + b/r, Frac: b % r}
+			backlog, over = b, b > p.capU
+		}
+	} else if c.Cost > p.cap {
 		wait, err = neverWait, p.never(c.Cost)
 	} else if cost := c.Cost * p.rate.PerAtom; !over && cost <= p.capU-backlog {
 		allowed = true

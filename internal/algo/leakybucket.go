@@ -28,6 +28,9 @@ func (s *LeakyBucket) ResetAt(p *Params) int64 { return s.Last + p.rate.Micros(s
 
 // Step decides c; see State.
 func (s *LeakyBucket) Step(p *Params, c Call, commit bool) (Result, error) {
+	if c.Force {
+		return Result{}, p.Chargeable() // not chargeable: the error says why
+	}
 	clamped, err := c.clampTo(s.Last)
 	if err != nil {
 		return Result{}, err

@@ -28,6 +28,24 @@ import (
 // that read a clock clamp now to State.Floor instead of failing.
 var ErrClockBackwards = errors.New("algo: time moved backwards")
 
+// Chargeable reports whether the limit can be charged (Call.Force): its
+// algorithm carries a debt (token bucket, GCRA, fixed window, sliding
+// window), and its amounts leave room for a debt of one capacity in exact
+// arithmetic. The error wraps sluice.ErrInvalidRequest and says why.
+func (p *Params) Chargeable() error {
+	switch p.Limit.Algorithm {
+	case sluice.TokenBucket, sluice.GCRA:
+		// Intermediates reach 2 × capU + PerMicro: keep them below 2^53.
+		if p.capU > units.MaxScaled/4 || p.rate.PerMicro > units.MaxScaled/4 {
+			return fmt.Errorf("%w: limit %q is too large to carry the debt of a charge (its capacity or rate, scaled, exceeds 2^50): round the quota or shorten the window", sluice.ErrInvalidRequest, p.Limit.Name)
+		}
+		return nil
+	case sluice.FixedWindow, sluice.SlidingWindow:
+		return nil // counts reach 2 × quota ≤ 2^53
+	}
+	return fmt.Errorf("%w: limit %q: a %v limit cannot be charged after the work (only token_bucket, gcra, fixed_window and sliding_window carry a debt)", sluice.ErrInvalidRequest, p.Limit.Name, p.Limit.Algorithm)
+}
+
 // Params is a validated Limit compiled to integers. It is immutable and safe
 // to share.
 type Params struct {
@@ -136,6 +154,13 @@ type Call struct {
 	// Floor (no refill) instead of failing with ErrClockBackwards: what a
 	// store reading a real clock does. Result.Clamped reports it.
 	Clamp bool
+	// Force makes Step charge the cost whatever the state holds — a cost
+	// known only after the work ran — running the key into debt, at most one
+	// capacity below empty (the excess is forgiven); later calls wait the
+	// debt out. Always allowed, and never Never. Only the algorithms with a
+	// natural debt take it (see Params.Chargeable); Step refuses it on the
+	// others.
+	Force bool
 }
 
 // clampTo applies the Floor rule: a Now before floor is ErrClockBackwards,

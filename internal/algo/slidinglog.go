@@ -39,6 +39,9 @@ func (s *SlidingLog) ResetAt(p *Params) int64 {
 
 // Step decides c; see State.
 func (s *SlidingLog) Step(p *Params, c Call, commit bool) (Result, error) {
+	if c.Force {
+		return Result{}, p.Chargeable() // not chargeable: the error says why
+	}
 	clamped, err := c.clampTo(s.Floor())
 	if err != nil {
 		return Result{}, err

@@ -14,7 +14,8 @@ import (
 // least Cur, no fixed window ever admits more than the quota, so it never
 // does worse than FixedWindow; in any span of length W it admits less than
 // 2 × quota, and exactly the quota when arrivals in the previous window were
-// uniform. All comparisons are exact (128-bit products).
+// uniform. All comparisons are exact (128-bit products). A charge
+// (Call.Force) may count up to 2 × quota in the current window: a debt.
 type SlidingWindow struct {
 	Start int64 // Unix microseconds at which the current window starts
 	Prev  int64 // atoms admitted in the previous window
@@ -68,7 +69,10 @@ func (s *SlidingWindow) Step(p *Params, c Call, commit bool) (Result, error) {
 	allowed, wait := false, int64(0)
 	// estimate×W = Prev×(W−e) + Cur×W, compared with quota×W.
 	weighted := units.Mul(next.Prev, w-e)
-	if c.Cost > q {
+	if c.Force {
+		allowed = true // a debt: the current count may reach 2 × quota
+		next.Cur = min(next.Cur+min(c.Cost, 2*q), 2*q)
+	} else if c.Cost > q {
 		wait, err = neverWait, p.never(c.Cost)
 	} else if !units.Mul(q, w).Less(weighted.Add(units.Mul(next.Cur+c.Cost, w))) {
 		allowed = true

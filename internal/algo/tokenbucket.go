@@ -8,9 +8,11 @@ package algo
 //	if tokens ≥ cost { tokens −= cost; allow } else { reject }
 //
 // With serialized calls and a clock that does not go back, 0 ≤ Tokens ≤ B
-// and the cost admitted over any interval T is at most B + r × T.
+// and the cost admitted over any interval T is at most B + r × T. A charge
+// (Call.Force) may take Tokens below zero, down to −B: a debt the refill
+// pays off before anything fits again.
 type TokenBucket struct {
-	Tokens int64 // scaled units, 0 ≤ Tokens ≤ capacity
+	Tokens int64 // scaled units, −capacity ≤ Tokens ≤ capacity
 	Last   int64 // Unix microseconds of the latest call
 }
 
@@ -33,7 +35,13 @@ func (s *TokenBucket) Step(p *Params, c Call, commit bool) (Result, error) {
 	}
 	tokens := p.rate.Refill(s.Tokens, p.capU, c.Now-s.Last)
 	allowed, wait := false, int64(0)
-	if c.Cost > p.cap {
+	if c.Force {
+		if err := p.Chargeable(); err != nil {
+			return Result{}, err
+		}
+		allowed = true
+		tokens = max(tokens-min(c.Cost, 2*p.cap)*p.rate.PerAtom, -p.capU) // ≤ 2capU: exact
+	} else if c.Cost > p.cap {
 		wait, err = neverWait, p.never(c.Cost)
 	} else if cost := c.Cost * p.rate.PerAtom; cost <= tokens { // ≤ capU: no overflow
 		allowed = true
@@ -44,5 +52,5 @@ func (s *TokenBucket) Step(p *Params, c Call, commit bool) (Result, error) {
 	if commit && allowed {
 		s.Tokens, s.Last = tokens, c.Now
 	}
-	return result(allowed, clamped, p.rate.Atoms(tokens), wait, (p.rate.Micros(p.capU - tokens))), err
+	return result(allowed, clamped, p.rate.Atoms(max(tokens, 0)), wait, (p.rate.Micros(p.capU - tokens))), err
 }

@@ -94,9 +94,18 @@ func (r *Rate) Atoms(units int64) int64 { return r.perAtom.Div(units) }
 func (r *Rate) Micros(units int64) int64 { return r.perMicro.CeilDiv(units) }
 
 // Refill returns level plus what elapsed microseconds refill, capped at
-// max. level ≤ max ≤ MaxScaled and elapsed ≥ 0; every intermediate stays
-// below 2^53.
+// max. −max ≤ level ≤ max ≤ MaxScaled (a negative level is a debt) and
+// elapsed ≥ 0; every intermediate stays below 2^53 (a debt is paid off
+// first, on its own, so that no product exceeds max + PerMicro).
 func (r *Rate) Refill(level, max, elapsed int64) int64 {
+	if level < 0 {
+		debt := r.Micros(-level) // the time that pays it off
+		if elapsed < debt {
+			return level + elapsed*r.PerMicro // < PerMicro: still ≤ 0 + PerMicro
+		}
+		level += debt * r.PerMicro // now 0 ≤ level < PerMicro
+		elapsed -= debt
+	}
 	if elapsed >= r.fills { // refills any level (and the product would be large)
 		return max
 	}

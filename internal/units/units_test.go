@@ -2,6 +2,7 @@ package units
 
 import (
 	"math"
+	"math/big"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -84,3 +85,31 @@ func TestFromCost(t *testing.T) {
 		}
 	}
 }
+
+// Refill is min(max, level + elapsed × PerMicro), computed exactly, for
+// levels from −max (a debt) to max, whatever the elapsed time.
+func TestPropRefill(t *testing.T) {
+	t.Parallel()
+	rapid.Check(t, func(t *rapid.T) {
+		r := NewRate(rapid.Int64Range(1, 1<<30).Draw(t, "quota"), rapid.Int64Range(1, 1<<30).Draw(t, "window"))
+		max := rapid.Int64Range(1, MaxScaled/4).Draw(t, "max")
+		level := rapid.Int64Range(-max, max).Draw(t, "level")
+		elapsed := rapid.OneOf(
+			rapid.Int64Range(0, 1<<10),
+			rapid.Int64Range(0, 1<<40),
+			rapid.Custom(func(t *rapid.T) int64 { // near the debt's end
+				return max0(CeilDiv(-level, r.PerMicro) + rapid.Int64Range(-2, 2).Draw(t, "near"))
+			}),
+		).Draw(t, "elapsed")
+		want := new(big.Int).Mul(big.NewInt(elapsed), big.NewInt(r.PerMicro))
+		want.Add(want, big.NewInt(level))
+		if want.Cmp(big.NewInt(max)) > 0 {
+			want.SetInt64(max)
+		}
+		if got := r.Refill(level, max, elapsed); got != want.Int64() {
+			t.Fatalf("Refill(%d, %d, %d) at %d/µs = %d, want %v", level, max, elapsed, r.PerMicro, got, want)
+		}
+	})
+}
+
+func max0(v int64) int64 { return max(v, 0) }
