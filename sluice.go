@@ -58,6 +58,24 @@ type Limiter interface {
 	Release(ctx context.Context, key string, limit Limit, ticket uint64) error
 }
 
+// Charger is a Limiter that can also charge a cost known only after the
+// work ran — the tokens an answer used, the bytes it sent. Charge spends
+// cost on key under limit whatever the limit holds, running the key into
+// debt, at most one capacity below empty (the excess is forgiven); later
+// requests wait the debt out. Its Decision is allowed, with Remaining 0
+// while in debt and ResetAfter the time until the key is full again. A
+// cost above the capacity is charged too (up to the debt's floor), never
+// refused.
+//
+// TokenBucket, GCRA, FixedWindow and SlidingWindow limits can be charged.
+// The others, and limits too large to carry a debt in exact arithmetic,
+// are refused with an error wrapping ErrInvalidRequest, and nothing is
+// spent. Bad input is refused as by Allow.
+type Charger interface {
+	Limiter
+	Charge(ctx context.Context, key string, limit Limit, cost float64) (Decision, error)
+}
+
 // Request is one limit that applies to a request: key spends cost under Limit.
 type Request struct {
 	Key   string

@@ -45,6 +45,7 @@ func Run(t *testing.T, newLimiter NewLimiter) {
 	t.Run("Identities", s.identities)
 	t.Run("LastTokenRace", s.lastTokenRace)
 	t.Run("BadInput", s.badInput)
+	t.Run("Charge", s.charge)
 }
 
 type suite struct {

@@ -18,7 +18,8 @@ import (
 // fresh — which is the specification: decisions must be
 // identical, to the microsecond. Traces mix integer and fractional quotas
 // and costs, round and odd windows, limits at the edge of exact arithmetic,
-// a clock that sometimes steps back, and, for concurrency, releases.
+// a clock that sometimes steps back, charges (when the store is a
+// sluice.Charger) and, for concurrency, releases.
 func (s *suite) matchesPureAlgorithms(t *testing.T) {
 	t.Parallel()
 	for _, alg := range Algorithms {
@@ -27,6 +28,7 @@ func (s *suite) matchesPureAlgorithms(t *testing.T) {
 			ctx := context.Background()
 			rng := rand.New(rand.NewPCG(uint64(alg), seed(t)))
 			l, clock := s.store(t)
+			charger, _ := l.(sluice.Charger)
 			for trace := range 100 {
 				limit := randomLimit(rng, alg, trace)
 				p, err := algo.Compile(limit)
@@ -65,7 +67,17 @@ func (s *suite) matchesPureAlgorithms(t *testing.T) {
 						continue
 					}
 					cost := randomCost(rng, limit)
-					got, gotErr := l.Allow(ctx, key, limit, cost)
+					// One call in six on a chargeable limit is a charge, of up
+					// to three capacities.
+					charge := charger != nil && p.Chargeable() == nil && rng.IntN(6) == 0
+					var got sluice.Decision
+					var gotErr error
+					if charge {
+						cost = min(cost*float64(1+rng.IntN(3)), 4e9)
+						got, gotErr = charger.Charge(ctx, key, limit, cost)
+					} else {
+						got, gotErr = l.Allow(ctx, key, limit, cost)
+					}
 					atoms, err := p.Cost(cost)
 					if err != nil {
 						t.Fatalf("trace %d: cost %v: %v", trace, cost, err)
@@ -73,7 +85,7 @@ func (s *suite) matchesPureAlgorithms(t *testing.T) {
 					if fresh {
 						pure.Init(p, now)
 					}
-					res, wantErr := pure.Step(p, algo.Call{Now: now, Cost: atoms, Ticket: uint64(i + 1), Clamp: true}, true)
+					res, wantErr := pure.Step(p, algo.Call{Now: now, Cost: atoms, Ticket: uint64(i + 1), Clamp: true, Force: charge}, true)
 					fresh = fresh && !res.Allowed()
 					want := res.Decision(limit, uint64(i+1))
 					if got.Allowed && alg == sluice.Concurrency {

@@ -20,14 +20,16 @@ type Timeline struct {
 }
 
 // Step is N identical calls (default 1) at At after Epoch, on Key (default
-// "k") with Cost (default 1). Every call must be allowed or rejected as Want
-// says; the last one must match Want exactly.
+// "k") with Cost (default 1): Allow, or with Charge set sluice.Charger's
+// Charge. Every call must be allowed or rejected as Want says; the last one
+// must match Want exactly.
 type Step struct {
-	At   time.Duration
-	Key  string
-	Cost float64
-	N    int
-	Want Want
+	At     time.Duration
+	Key    string
+	Cost   float64
+	N      int
+	Charge bool
+	Want   Want
 }
 
 // Want is an expected decision. Err, when set, is matched with errors.Is.
@@ -255,7 +257,17 @@ func PlayTimeline(t *testing.T, l sluice.Limiter, clock *Clock, tl Timeline, key
 		clock.Set(Epoch.Add(st.At))
 		k, cost, n := key(cmp.Or(st.Key, "k")), cmp.Or(st.Cost, 1), max(st.N, 1)
 		for j := range n {
-			d, err := l.Allow(ctx, k, tl.Limit, cost)
+			var d sluice.Decision
+			var err error
+			if st.Charge {
+				c, ok := l.(sluice.Charger)
+				if !ok {
+					t.Fatalf("step %d charges, but the store is not a sluice.Charger", i)
+				}
+				d, err = c.Charge(ctx, k, tl.Limit, cost)
+			} else {
+				d, err = l.Allow(ctx, k, tl.Limit, cost)
+			}
 			if j < n-1 {
 				if d.Allowed != st.Want.Allowed || err != nil {
 					t.Fatalf("step %d, call %d of %d at +%v: allowed %v (err %v), want %v", i, j+1, n, st.At, d.Allowed, err, st.Want.Allowed)

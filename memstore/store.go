@@ -118,7 +118,7 @@ type Store struct {
 	closeOnce sync.Once
 }
 
-var _ sluice.Limiter = (*Store)(nil)
+var _ sluice.Charger = (*Store)(nil)
 
 // shard is one lock and the tables of the keys whose hash selects it.
 type shard struct {
@@ -221,6 +221,17 @@ func New(opts Options) (*Store, error) {
 // sluice.Limiter. It never blocks on anything but its shard's lock; ctx is
 // not used.
 func (s *Store) Allow(_ context.Context, key string, limit sluice.Limit, cost float64) (sluice.Decision, error) {
+	return s.one(key, limit, cost, false)
+}
+
+// Charge spends cost on key under limit whatever the limit holds, running
+// the key into debt; see sluice.Charger.
+func (s *Store) Charge(_ context.Context, key string, limit sluice.Limit, cost float64) (sluice.Decision, error) {
+	return s.one(key, limit, cost, true)
+}
+
+// one decides a single limit: Allow, or with force Charge.
+func (s *Store) one(key string, limit sluice.Limit, cost float64, force bool) (sluice.Decision, error) {
 	c, err := s.compile(limit)
 	if err != nil {
 		return sluice.Decision{}, err
@@ -228,9 +239,14 @@ func (s *Store) Allow(_ context.Context, key string, limit sluice.Limit, cost fl
 	if err := sluice.ValidateKey(key); err != nil {
 		return sluice.Decision{}, err
 	}
-	call := algo.Call{}
+	call := algo.Call{Force: force}
 	if call.Cost, err = c.params.Cost(cost); err != nil {
 		return sluice.Decision{}, err
+	}
+	if force {
+		if err := c.params.Chargeable(); err != nil {
+			return sluice.Decision{}, err
+		}
 	}
 	if c.algorithm == sluice.Concurrency {
 		call.Ticket = s.ticket()

@@ -28,6 +28,6 @@ func TestConformanceCluster(t *testing.T) {
 		t.Fatal("the client does not see a cluster")
 	}
 	limittest.Run(t, func(t *testing.T, now func() time.Time) sluice.Limiter {
-		return newStore(t, redisstore.Options{Client: client, TestNow: now})
+		return newStore(t, conformanceOptions(client, now))
 	})
 }

@@ -397,6 +397,25 @@ func TestFallbackDecisions(t *testing.T) {
 			t.Errorf("cost 5 of a share of 3.3: %+v, %v; want rejected for 1 s", d, err)
 		}
 	})
+	t.Run("charges", func(t *testing.T) {
+		// FailLocal charges this process's share (a debt it waits out);
+		// under the other policies the charge is dropped and counted.
+		local := sluice.Limit{Name: "charged", Quota: 9, Window: time.Hour} // 3 here
+		if d, err := s.Charge(ctx, "c", local, 5); err != nil || !d.Allowed || d.Limit != local {
+			t.Fatalf("fail_local charge: %+v, %v", d, err)
+		}
+		if d, _ := s.Allow(ctx, "c", local, 1); d.Allowed {
+			t.Fatalf("after a charge of 5 on a share of 3: %+v; want the debt waited out", d)
+		}
+		open := sluice.Limit{Name: "open", Quota: 9, Window: time.Hour}
+		before := s.Stats().ChargesDropped
+		if d, err := s.Charge(ctx, "c", open, 5); err != nil || !d.Allowed {
+			t.Fatalf("fail_open charge: %+v, %v", d, err)
+		}
+		if s.Stats().ChargesDropped != before+1 {
+			t.Fatalf("ChargesDropped %d, want %d", s.Stats().ChargesDropped, before+1)
+		}
+	})
 	t.Run("rejected call spends nothing locally", func(t *testing.T) {
 		local := sluice.Limit{Name: "local", Quota: 3, Window: time.Hour} // 1 here
 		closed := sluice.Limit{Name: "closed", Quota: 3, Window: time.Hour}

@@ -147,6 +147,7 @@ type Stats struct {
 	DenyCacheHits  uint64 // rejections answered locally (DenyCache)
 	Compensations  uint64 // spends undone (or found already refilled) after a multi-limit call across hash slots was rejected
 	ClockBackwards uint64 // decisions whose Redis clock was behind a key's state (clamped)
+	ChargesDropped uint64 // charges Redis could not take, under FailOpen or FailClosed
 }
 
 // Store is a Redis-backed sluice.Limiter. It is safe for concurrent use.
@@ -169,9 +170,10 @@ type Store struct {
 	calls, noScript, failures, timeouts     atomic.Uint64
 	failOpen, failClosed, failLocal         atomic.Uint64
 	denyHits, compensations, clockBackwards atomic.Uint64
+	chargesDropped                          atomic.Uint64
 }
 
-var _ sluice.Limiter = (*Store)(nil)
+var _ sluice.Charger = (*Store)(nil)
 
 // compiled is a limit ready for the script.
 type compiled struct {
@@ -250,6 +252,7 @@ func (s *Store) Stats() Stats {
 		FailOpen: s.failOpen.Load(), FailClosed: s.failClosed.Load(), FailLocal: s.failLocal.Load(),
 		BreakerOpen: s.breaker.isOpen(), BreakerOpens: s.breaker.opens.Load(),
 		DenyCacheHits: s.denyHits.Load(), Compensations: s.compensations.Load(), ClockBackwards: s.clockBackwards.Load(),
+		ChargesDropped: s.chargesDropped.Load(),
 	}
 }
 
@@ -348,6 +351,37 @@ func (s *Store) AllowAll(ctx context.Context, reqs []sluice.Request, mode sluice
 	}
 	copy(each, ds)
 	return sluice.Combine(ds), errors.Join(errs...)
+}
+
+// Charge spends cost on key under limit whatever the limit holds, running
+// the key into debt; see sluice.Charger. One round trip, like Allow. When
+// Redis cannot answer, a FailLocal limit is charged locally; under the
+// other policies the charge is dropped (the work is done: there is nothing
+// to refuse) and counted in Stats.ChargesDropped.
+func (s *Store) Charge(ctx context.Context, key string, limit sluice.Limit, cost float64) (sluice.Decision, error) {
+	var r request
+	if err := s.resolve(&r, key, limit, cost); err != nil {
+		return sluice.Decision{}, err
+	}
+	if err := r.c.params.Chargeable(); err != nil {
+		return sluice.Decision{}, err
+	}
+	var res [1]result
+	if err := s.run(ctx, 'c', sluice.AllOrNothing, []request{r}, res[:]); err != nil {
+		if !isOutage(err) {
+			return sluice.Decision{}, err
+		}
+		if r.c.policy == FailLocal {
+			if d, err := s.local.Charge(ctx, key, r.c.local, cost); err == nil {
+				s.failLocal.Add(1)
+				d.Limit = limit
+				return d, nil
+			}
+		}
+		s.chargesDropped.Add(1)
+		return sluice.Decision{Allowed: true, Limit: limit}, nil
+	}
+	return s.decision(&r, res[0])
 }
 
 // Release frees the slots a Concurrency decision holds; see sluice.Limiter.
@@ -681,11 +715,11 @@ func parseReply(op byte, reply []int64, rs []request, res []result) error {
 	for i, r := range rs {
 		v := reply[2+replyValues*i : 2+replyValues*(i+1)]
 		x := result{flags: v[0], remaining: v[1], wait: v[2], reset: v[3], at: v[4]}
-		decided := op == 'd'
+		decided := op == 'd' || op == 'c'
 		if x.flags < 0 || x.flags > 7 || x.remaining < 0 || x.remaining > r.c.ints.Cap || x.wait < -1 || x.reset < 0 ||
 			(x.allowed() && (x.wait == -1 || !decided)) ||
 			(decided && !x.allowed() && (x.unspent() || x.wait == 0 || (x.wait == -1) != (r.cost > r.c.ints.Cap))) ||
-			(!decided && (x.wait != 0 || !x.unspent())) {
+			(!decided && (x.wait != 0 || !x.unspent())) || (op == 'c' && (!x.allowed() || x.unspent())) {
 			return bad(fmt.Sprintf("key %d: flags %d, remaining %d, wait %d, reset %d", i, x.flags, x.remaining, x.wait, x.reset))
 		}
 		res[i] = x

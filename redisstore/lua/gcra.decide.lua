@@ -8,7 +8,20 @@ if tat > at or (tat == at and frac > 0) then
   if dt > fdiv(capU, r) then over = true else backlog = dt * r + frac end
 end
 next = {tat, frac}
-if cost > cap then
+if force then
+  -- A charge: the backlog grows up to two capacities (a debt), unless the
+  -- TAT is deeper already (a clock far behind).
+  allowed = true
+  local dt = tat - at
+  if dt <= fdiv(2 * capU, r) then
+    local b = 0
+    if dt >= 0 then b = dt * r + frac end
+    b = math.min(b + math.min(cost, 2 * cap) * w, 2 * capU)
+    next = {at + fdiv(b, r), math.fmod(b, r)}
+    if stamp ~= 0 then next[3] = stamp end
+    backlog, over = b, b > capU
+  end
+elseif cost > cap then
   wait = NEVER
 else
   local c = cost * w

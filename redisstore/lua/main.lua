@@ -1,6 +1,9 @@
--- One limit, deciding: the usual call, spliced flat so that nothing but
--- the algorithm runs (no function is defined on this path).
-if ARGV[3] == "d" and #KEYS == 1 then
+-- One limit, deciding or charging ("c": spend whatever the state holds,
+-- into a debt; Go sends it only for the algorithms that carry one): the
+-- usual call, spliced flat so that nothing but the algorithm runs (no
+-- function is defined on this path).
+local force = ARGV[3] == "c"
+if (ARGV[3] == "d" or force) and #KEYS == 1 then
   local alg, capU, r, w, cap = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
   local quota, window, delayU, fills = tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(ARGV[13])
   local cost, ticket = tonumber(ARGV[14]), ARGV[15]
@@ -8,6 +11,9 @@ if ARGV[3] == "d" and #KEYS == 1 then
   local raw = redis.call("GET", KEYS[1])
   if raw then s = cmsgpack.unpack(raw) end
   local stamp = tonumber(ARGV[17])
+  if force and alg ~= 0 and alg ~= 1 and alg ~= 2 and alg ~= 4 then
+    return redis.error_reply("sluice: algorithm " .. alg .. " cannot be charged")
+  end
   local allowed, clamped, remaining, wait, reset, next, at, expire = false, false, 0, 0, 0, nil, now, nil
   --@DECIDE@
   local flags = 0

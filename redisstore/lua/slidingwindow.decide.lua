@@ -11,7 +11,10 @@ elseif ws ~= start then
 end
 local e = at - start
 local weighted = mul(prev, window - e)
-if cost > quota then
+if force then
+  -- A charge: the current count may reach 2 × quota (a debt).
+  allowed, cur = true, math.min(cur + math.min(cost, 2 * quota), 2 * quota)
+elseif cost > quota then
   wait = NEVER
 elseif cmp(mul(quota, window), add(weighted, mul(cur + cost, window))) >= 0 then
   allowed, cur = true, cur + cost
