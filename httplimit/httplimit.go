@@ -1,0 +1,325 @@
+// Package httplimit enforces rate limits on an http.Handler: which requests
+// are counted (rules matching method and path), whose (a key: client IP,
+// API key header, authenticated principal, or one global key), what they
+// cost (static, computed, or charged after the response), and several
+// limits per request in declared order — decided by any sluice.Limiter
+// (memstore in one process, redisstore for a fleet).
+//
+// A rejected request gets the exact rejection contract:
+//
+//	HTTP/1.1 429 Too Many Requests
+//	Retry-After: 5
+//	Cache-Control: no-store
+//	Content-Type: application/json
+//	RateLimit-Policy: "per-ip";q=100;w=60
+//	RateLimit: "per-ip";r=0;t=5
+//
+//	{"error":"rate_limited","retryable":true}
+//
+// Retry-After is the wait in whole seconds, rounded up, at least 1, and
+// never earlier than the rejecting limits' RateLimit t (which, on a
+// rejection, is when the request would fit). When the cost can never fit
+// (it exceeds the limit's capacity) there is no Retry-After and retryable
+// is false. Allowed responses carry RateLimit-Policy and RateLimit too
+// (draft-ietf-httpapi-ratelimit-headers-11, or -06 by option, and the
+// legacy X-RateLimit-* fields when asked). No response ever carries a key,
+// an identity or a partition key; every branch — a known or unknown API
+// key, a key seen before or not — sends the same fields, the same bytes of
+// body, and makes the same one call to the limiter.
+package httplimit
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"net/http"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/clientip"
+	"github.com/sluicehq/sluice/enforce"
+	"github.com/sluicehq/sluice/ratelimitheader"
+)
+
+// Options configures a Middleware. Limiter and Rules are required; every
+// other zero field means its documented default.
+type Options struct {
+	// Limiter decides. A sluice.Charger when a quota has a Charge.
+	Limiter sluice.Limiter
+	// Rules, tried in order; the first that applies to a request decides
+	// it (see Rule).
+	Rules []Rule
+	// ClientIP finds the client of a request for IP keys. Default: the
+	// connection's peer, no proxy trusted (clientip.New(clientip.Options{})).
+	ClientIP *clientip.Resolver
+	// Principal returns the authenticated identity of a request, for
+	// Principal keys, and false when there is none.
+	Principal func(*http.Request) (string, bool)
+	// Version is the format of the RateLimit fields. Default Draft11.
+	Version ratelimitheader.Version
+	// Legacy adds X-RateLimit-Limit, -Remaining and -Reset, about the
+	// decisive limit (the rejecting one, or the one with least remaining).
+	Legacy bool
+	// Observer hears every decision (metrics, heaviest tenants). Optional.
+	Observer enforce.Observer
+	// TenantLabel names a request's tenant for the Observer (say, an
+	// account ID from the authentication context). Default: a per-process
+	// pseudonym of the first quota's key (never the key itself).
+	TenantLabel func(*http.Request) string
+}
+
+// Middleware enforces its rules. It is safe for concurrent use.
+type Middleware struct {
+	limiter   sluice.Limiter
+	charger   sluice.Charger
+	rules     []compiledRule
+	ip        *clientip.Resolver
+	principal func(*http.Request) (string, bool)
+	version   ratelimitheader.Version
+	legacy    bool
+	observer  enforce.Observer
+	label     func(*http.Request) string
+	seed      maphash.Seed
+}
+
+// New builds a Middleware, validating every rule, quota and limit: an error
+// names the rule, the quota and what is wrong.
+func New(opts Options) (*Middleware, error) {
+	if opts.Limiter == nil {
+		return nil, errors.New("httplimit: Options.Limiter is required")
+	}
+	if len(opts.Rules) == 0 {
+		return nil, errors.New("httplimit: no rules: at least one is required")
+	}
+	if opts.Version != ratelimitheader.Draft11 && opts.Version != ratelimitheader.Draft06 {
+		return nil, fmt.Errorf("httplimit: unknown Version %d", opts.Version)
+	}
+	m := &Middleware{
+		limiter: opts.Limiter, ip: opts.ClientIP, principal: opts.Principal,
+		version: opts.Version, legacy: opts.Legacy, observer: opts.Observer, label: opts.TenantLabel,
+		seed: maphash.MakeSeed(),
+	}
+	m.charger, _ = opts.Limiter.(sluice.Charger)
+	if m.ip == nil {
+		ip, err := clientip.New(clientip.Options{})
+		if err != nil {
+			return nil, err
+		}
+		m.ip = ip
+	}
+	for _, r := range opts.Rules {
+		c, err := compileRule(r, m.charger != nil, m.principal != nil)
+		if err != nil {
+			return nil, fmt.Errorf("httplimit: %w", err)
+		}
+		for _, o := range m.rules {
+			if o.Name == r.Name {
+				return nil, fmt.Errorf("httplimit: two rules named %q", r.Name)
+			}
+		}
+		m.rules = append(m.rules, c)
+	}
+	return m, nil
+}
+
+// Handler returns next wrapped by the middleware.
+func (m *Middleware) Handler(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(w, r, next) })
+}
+
+// maxQuotas bounds the quotas of a rule, so that a request's bookkeeping
+// fits on the stack.
+const maxQuotas = 8
+
+// request is one request's decision in the making: its rule, and the key
+// and cost of each of the rule's quotas.
+type request struct {
+	rule  *compiledRule
+	keys  [maxQuotas]string
+	costs [maxQuotas]float64
+}
+
+func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	var req request
+	if !m.match(r, &req) {
+		next.ServeHTTP(w, r)
+		return
+	}
+	rule := req.rule
+	var start time.Time
+	if m.observer != nil {
+		start = time.Now()
+	}
+	// One call to the limiter: Allow for a single quota (its decision stays
+	// on the stack), AllowAll for several.
+	var one [1]sluice.Decision
+	var ds []sluice.Decision
+	var err error
+	if len(rule.quotas) == 1 {
+		one[0], err = m.limiter.Allow(r.Context(), req.keys[0], rule.quotas[0].Limit, req.costs[0])
+		ds = one[:]
+	} else {
+		ds, err = m.decideAll(r.Context(), &req)
+	}
+	outcome := enforce.Allowed
+	var combined sluice.Decision
+	switch {
+	case err != nil && !errors.Is(err, sluice.ErrCostExceedsLimit):
+		outcome = enforce.Failed
+	default:
+		combined = sluice.Combine(ds)
+		if !combined.Allowed {
+			outcome = enforce.Rejected
+			if rule.Shadow {
+				outcome = enforce.ShadowRejected
+			}
+		}
+	}
+	if m.observer != nil {
+		m.observe(r, &req, outcome, time.Since(start), err)
+	}
+	switch outcome {
+	case enforce.Failed:
+		if rule.OnError == enforce.FailClosed {
+			writeUnavailable(w)
+			return
+		}
+		next.ServeHTTP(w, r)
+		return
+	case enforce.Rejected:
+		m.setFields(w.Header(), rule, ds, combined)
+		writeRejection(w, combined)
+		return
+	}
+	if !rule.Shadow {
+		m.setFields(w.Header(), rule, ds, combined)
+	}
+	m.serveAllowed(w, r, next, &req, ds)
+}
+
+// match finds the rule for r, and its keys and costs.
+func (m *Middleware) match(r *http.Request, req *request) bool {
+rules:
+	for i := range m.rules {
+		rule := &m.rules[i]
+		if !rule.methods.match(r.Method) || !rule.path.match(r.URL.Path) {
+			continue
+		}
+		for j := range rule.quotas {
+			q := &rule.quotas[j]
+			k, ok := m.keyOf(r, q)
+			if !ok {
+				continue rules
+			}
+			cost := q.Cost
+			if q.CostFunc != nil {
+				if c := q.CostFunc(r); c != 0 {
+					cost = c
+				}
+			}
+			if cost == 0 {
+				cost = 1
+			}
+			req.keys[j], req.costs[j] = k, cost
+		}
+		req.rule = rule
+		return true
+	}
+	return false
+}
+
+// decideAll decides a rule of several quotas as one.
+func (m *Middleware) decideAll(ctx context.Context, req *request) ([]sluice.Decision, error) {
+	rule := req.rule
+	reqs := make([]sluice.Request, len(rule.quotas))
+	for i := range rule.quotas {
+		reqs[i] = sluice.Request{Key: req.keys[i], Limit: rule.quotas[i].Limit, Cost: req.costs[i]}
+	}
+	ds := make([]sluice.Decision, len(reqs))
+	_, err := m.limiter.AllowAll(ctx, reqs, rule.Mode, ds)
+	return ds, err
+}
+
+// serveAllowed runs next, then charges what the response used and releases
+// the concurrency slots the request held. Both use a context that outlives
+// a client that went away: a slot not released is held until its window
+// ends.
+func (m *Middleware) serveAllowed(w http.ResponseWriter, r *http.Request, next http.Handler, req *request, ds []sluice.Decision) {
+	rule := req.rule
+	held := false
+	for i := range ds {
+		held = held || ds[i].Ticket != 0
+	}
+	if !rule.charges && !held {
+		next.ServeHTTP(w, r)
+		return
+	}
+	ctx := context.WithoutCancel(r.Context())
+	if held {
+		defer func() {
+			for i := range ds {
+				if t := ds[i].Ticket; t != 0 {
+					_ = m.limiter.Release(ctx, req.keys[i], rule.quotas[i].Limit, t) // a failed release frees itself after the window
+				}
+			}
+		}()
+	}
+	if !rule.charges {
+		next.ServeHTTP(w, r)
+		return
+	}
+	rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+	next.ServeHTTP(rec, r)
+	for i := range rule.quotas {
+		q := &rule.quotas[i]
+		if q.Charge == nil {
+			continue
+		}
+		if cost := q.Charge(r, rec.status, w.Header()); cost > 0 {
+			_, _ = m.charger.Charge(ctx, req.keys[i], q.Limit, cost) // the response is sent: nothing to tell the client
+		}
+	}
+}
+
+// statusRecorder remembers the status a handler wrote.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+	wrote  bool
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	if !s.wrote {
+		s.status, s.wrote = code, true
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusRecorder) Write(b []byte) (int, error) {
+	s.wrote = true
+	return s.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer (Flush,
+// Hijack, deadlines).
+func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+func (m *Middleware) observe(r *http.Request, req *request, o enforce.Outcome, latency time.Duration, err error) {
+	e := enforce.Event{Rule: req.rule.Name, Outcome: o, Latency: latency, Cost: req.costs[0]}
+	if o == enforce.Failed {
+		e.Err = err
+	}
+	if m.label != nil {
+		e.Tenant = m.label(r)
+	} else {
+		var b [8]byte
+		h := maphash.String(m.seed, req.keys[0])
+		for i := range b {
+			b[i] = byte(h >> (8 * i))
+		}
+		e.Tenant = req.rule.quotas[0].Key.Kind.String() + ":" + hex.EncodeToString(b[:])
+	}
+	m.observer.Observe(e)
+}

@@ -1,0 +1,177 @@
+package httplimit
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"math"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/ratelimitheader"
+)
+
+// maxRawKey bounds the part of a key taken from a request as it is: a
+// longer header value or principal is replaced by its SHA-256, so that the
+// store's key stays bounded whatever a client sends.
+const maxRawKey = 256
+
+// keyOf is the store key of q for r, and false when r has none (the rule
+// does not apply). Keys start with their kind, so that an IP and a header
+// value that look alike never share a state.
+func (m *Middleware) keyOf(r *http.Request, q *compiledQuota) (string, bool) {
+	switch q.Key.Kind {
+	case Global:
+		return q.prefix, true
+	case IP:
+		p, err := m.ip.Client(r)
+		if err != nil {
+			return "", false
+		}
+		return ipKey(p), true
+	case Header:
+		v := r.Header[q.header]
+		if len(v) == 0 || v[0] == "" {
+			return "", false
+		}
+		return bounded(q.prefix, v[0]), true
+	case Principal:
+		p, ok := m.principal(r)
+		if !ok || p == "" {
+			return "", false
+		}
+		return bounded(q.prefix, p), true
+	}
+	return "", false
+}
+
+// ipKey is the key of a client prefix: "ip:", its 16 address bytes (an
+// IPv4 address mapped) and its length in bits — one allocation, no text.
+func ipKey(p netip.Prefix) string {
+	var b [3 + 16 + 1]byte
+	copy(b[:], "ip:")
+	a := p.Addr().As16()
+	copy(b[3:], a[:])
+	b[19] = byte(p.Bits())
+	return string(b[:])
+}
+
+func bounded(prefix, v string) string {
+	if len(v) <= maxRawKey {
+		return prefix + v
+	}
+	sum := sha256.Sum256([]byte(v))
+	return prefix + "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// setFields writes the rate-limit fields of a response about ds, the
+// decisions of rule's quotas, combined into c. On a rejection, a rejecting
+// limit's reset (t) is when the request would fit: the same instant as
+// Retry-After, so Retry-After is never earlier than it.
+func (m *Middleware) setFields(h http.Header, rule *compiledRule, ds []sluice.Decision, c sluice.Decision) {
+	if m.version == ratelimitheader.Draft11 && !m.legacy {
+		// The usual case, formatted straight from the decisions (what
+		// ratelimitheader.FormatLimits writes, byte for byte: a test
+		// checks it).
+		h["Ratelimit-Policy"] = rule.policyField[:1:1]
+		var stack [128]byte
+		b := stack[:0]
+		for i := range ds {
+			b = append(b, rule.quotas[i].field...)
+			b = strconv.AppendInt(b, remainingOf(&ds[i]), 10)
+			if t := resetOf(&ds[i]); t >= 0 {
+				b = append(b, ";t="...)
+				b = strconv.AppendInt(b, int64(t/time.Second), 10)
+			}
+		}
+		h["Ratelimit"] = []string{string(b)}
+		return
+	}
+	ls := make([]ratelimitheader.Limit, len(ds))
+	for i := range ds {
+		ls[i] = ratelimitheader.Limit{Name: rule.quotas[i].Limit.Name, Remaining: remainingOf(&ds[i]), Reset: resetOf(&ds[i])}
+	}
+	if m.version == ratelimitheader.Draft06 {
+		_ = ratelimitheader.Set(h, ratelimitheader.Draft06, rule.policies, ls) // rule names were checked at New
+	} else {
+		h["Ratelimit-Policy"] = rule.policyField[:1:1]
+		v, _ := ratelimitheader.FormatLimits(ls) // rule names were checked at New
+		h["Ratelimit"] = []string{v}
+	}
+	if m.legacy {
+		i := decisive(ds, c)
+		ratelimitheader.SetLegacy(h, ratelimitheader.Legacy{Limit: rule.quotas[i].q, Remaining: ls[i].Remaining, Reset: ls[i].Reset})
+	}
+}
+
+// remainingOf is a decision's r: whole units, rounded down.
+func remainingOf(d *sluice.Decision) int64 { return int64(math.Floor(d.Remaining)) }
+
+// resetOf is a decision's t, in whole seconds rounded up: when the key is
+// full again, or, for a rejection, when the request would fit (NoReset
+// when it never will).
+func resetOf(d *sluice.Decision) time.Duration {
+	if d.Allowed {
+		return (d.ResetAfter + time.Second - 1) / time.Second * time.Second
+	}
+	return retryAfter(d.RetryAfter)
+}
+
+// decisive is the index of the decision that c, the combined one, comes
+// from: the rejecting one with the longest RetryAfter, or the allowed one
+// with the least Remaining.
+func decisive(ds []sluice.Decision, c sluice.Decision) int {
+	for i := range ds {
+		if ds[i].Limit.Name == c.Limit.Name {
+			return i
+		}
+	}
+	return 0
+}
+
+// retryAfter is a rejection's wait as it is written: whole seconds rounded
+// up, at least 1; NoReset when the cost can never fit.
+func retryAfter(d time.Duration) time.Duration {
+	if d == sluice.Never {
+		return ratelimitheader.NoReset
+	}
+	return max(time.Second, (d+time.Second-1)/time.Second*time.Second)
+}
+
+var (
+	retryableBody = []byte(`{"error":"rate_limited","retryable":true}`)
+	finalBody     = []byte(`{"error":"rate_limited","retryable":false}`)
+	failedBody    = []byte(`{"error":"rate_limiter_unavailable","retryable":true}`)
+	jsonType      = []string{"application/json"}
+	noStore       = []string{"no-store"}
+	oneSecond     = []string{"1"}
+)
+
+// writeRejection writes the 429 of decision c.
+func writeRejection(w http.ResponseWriter, c sluice.Decision) {
+	h := w.Header()
+	h["Cache-Control"] = noStore
+	h["Content-Type"] = jsonType
+	body := retryableBody
+	if c.RetryAfter == sluice.Never {
+		body = finalBody
+		delete(h, "Retry-After")
+	} else {
+		h["Retry-After"] = []string{ratelimitheader.FormatRetryAfter(c.RetryAfter)}
+	}
+	w.WriteHeader(http.StatusTooManyRequests)
+	_, _ = w.Write(body)
+}
+
+// writeUnavailable refuses a request whose limiter failed, under
+// enforce.FailClosed.
+func writeUnavailable(w http.ResponseWriter) {
+	h := w.Header()
+	h["Cache-Control"] = noStore
+	h["Content-Type"] = jsonType
+	h["Retry-After"] = oneSecond
+	w.WriteHeader(http.StatusServiceUnavailable)
+	_, _ = w.Write(failedBody)
+}
