@@ -1,0 +1,205 @@
+// Package metrics is the Prometheus side of enforcement: an
+// enforce.Observer that counts decisions by rule and outcome (never by key),
+// times them, and keeps the heaviest tenants — by requests and by
+// rejections — in bounded sketches (package topk) for an operator's view of
+// concentration; and collectors that export a store's own counters
+// (fallbacks, failures, breaker, evictions) at scrape time.
+package metrics
+
+import (
+	"cmp"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sluicehq/sluice/enforce"
+	"github.com/sluicehq/sluice/topk"
+)
+
+// Options configures Metrics; every zero field means its default.
+type Options struct {
+	// Registry receives the metrics. Default: a new registry, which
+	// Handler serves (with the Go runtime and process collectors).
+	Registry *prometheus.Registry
+	// Namespace prefixes every metric name. Default "sluice".
+	Namespace string
+	// Buckets of the decision latency histogram, in seconds. Default: 50 µs
+	// to 1 s, for a limiter in process (µs) or over the network (ms).
+	Buckets []float64
+	// Tenants is the number of tenants each heaviest-tenants sketch keeps
+	// (its error is at most total/Tenants). Default 1000; at most 1<<20.
+	Tenants int
+}
+
+// DefaultBuckets are the latency buckets, in seconds.
+var DefaultBuckets = []float64{50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 1}
+
+// Metrics observes decisions. It is safe for concurrent use.
+type Metrics struct {
+	registry  *prometheus.Registry
+	decisions *prometheus.CounterVec
+	latency   *prometheus.HistogramVec
+	errors    *prometheus.CounterVec
+
+	rules   atomic.Pointer[map[string]*ruleSeries] // copy on write
+	rulesMu sync.Mutex
+
+	requests, rejections *topk.Sketch
+	since                atomic.Int64 // Unix ns: when the sketches started
+}
+
+// ruleSeries are one rule's series, looked up once per rule.
+type ruleSeries struct {
+	outcomes [4]prometheus.Counter // by enforce.Outcome
+	latency  prometheus.Observer
+	errors   prometheus.Counter
+}
+
+// New returns Metrics registered in opts.Registry.
+func New(opts Options) (*Metrics, error) {
+	ns := cmp.Or(opts.Namespace, "sluice")
+	k := cmp.Or(opts.Tenants, 1000)
+	reg := opts.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	buckets := opts.Buckets
+	if len(buckets) == 0 {
+		buckets = DefaultBuckets
+	}
+	m := &Metrics{
+		registry: reg,
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: "decisions_total",
+			Help: "Requests decided, by rule and outcome (allowed, rejected, shadow_rejected: would have been rejected in shadow mode, failed: the limiter failed and the rule's on_error answered).",
+		}, []string{"rule", "outcome"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: ns, Name: "decision_seconds",
+			Help:    "Time the limiter took to decide, by rule.",
+			Buckets: buckets,
+		}, []string{"rule"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: "limiter_errors_total",
+			Help: "Limiter calls that failed with an error rather than a decision, by rule.",
+		}, []string{"rule"}),
+	}
+	var err error
+	if m.requests, err = topk.New(k); err != nil {
+		return nil, fmt.Errorf("metrics: Tenants: %w", err)
+	}
+	m.rejections, _ = topk.New(k)
+	m.since.Store(time.Now().UnixNano())
+	for _, c := range []prometheus.Collector{m.decisions, m.latency, m.errors} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("metrics: %w", err)
+		}
+	}
+	empty := map[string]*ruleSeries{}
+	m.rules.Store(&empty)
+	return m, nil
+}
+
+// Registry is where the metrics are registered: register a store's
+// collector (Redis, Memory) there too.
+func (m *Metrics) Registry() *prometheus.Registry { return m.registry }
+
+// Handler serves the registry in the Prometheus text format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{Registry: m.registry})
+}
+
+var _ enforce.Observer = (*Metrics)(nil)
+
+// Observe counts one decision; see enforce.Observer.
+func (m *Metrics) Observe(e enforce.Event) {
+	s := m.series(e.Rule)
+	if int(e.Outcome) < len(s.outcomes) {
+		s.outcomes[e.Outcome].Inc()
+	}
+	s.latency.Observe(e.Latency.Seconds())
+	if e.Outcome == enforce.Failed {
+		s.errors.Inc()
+	}
+	if e.Tenant != "" {
+		w := max(e.Cost, 1e-6)
+		m.requests.Add(e.Tenant, w)
+		if e.Outcome == enforce.Rejected || e.Outcome == enforce.ShadowRejected {
+			m.rejections.Add(e.Tenant, w)
+		}
+	}
+}
+
+func (m *Metrics) series(rule string) *ruleSeries {
+	if s, ok := (*m.rules.Load())[rule]; ok {
+		return s
+	}
+	m.rulesMu.Lock()
+	defer m.rulesMu.Unlock()
+	old := *m.rules.Load()
+	if s, ok := old[rule]; ok {
+		return s
+	}
+	s := &ruleSeries{latency: m.latency.WithLabelValues(rule), errors: m.errors.WithLabelValues(rule)}
+	for _, o := range enforce.Outcomes {
+		s.outcomes[o] = m.decisions.WithLabelValues(rule, o.String())
+	}
+	next := make(map[string]*ruleSeries, len(old)+1)
+	for k, v := range old {
+		next[k] = v
+	}
+	next[rule] = s
+	m.rules.Store(&next)
+	return s
+}
+
+// Tenant is one of the heaviest tenants.
+type Tenant struct {
+	Tenant string  `json:"tenant"`
+	Weight float64 `json:"weight"` // at most this much (cost units)
+	Error  float64 `json:"error"`  // and at least Weight − Error
+	Share  float64 `json:"share"`  // Weight / Total
+}
+
+// Tenants is the operator's view of concentration since Since.
+type Tenants struct {
+	Since        time.Time `json:"since"`
+	Total        float64   `json:"total"`          // all requests' cost
+	Rejected     float64   `json:"rejected_total"` // all rejections' cost
+	ByRequests   []Tenant  `json:"by_requests"`
+	ByRejections []Tenant  `json:"by_rejections"`
+}
+
+// TopTenants returns the n heaviest tenants by requests and by
+// rejections. Tenants are the pseudonyms (or labels) the middleware gave.
+func (m *Metrics) TopTenants(n int) Tenants {
+	return Tenants{
+		Since:        time.Unix(0, m.since.Load()).UTC(),
+		Total:        m.requests.Total(),
+		Rejected:     m.rejections.Total(),
+		ByRequests:   top(m.requests, n),
+		ByRejections: top(m.rejections, n),
+	}
+}
+
+// ResetTenants starts a new period of the heaviest-tenants view.
+func (m *Metrics) ResetTenants() {
+	m.requests.Reset()
+	m.rejections.Reset()
+	m.since.Store(time.Now().UnixNano())
+}
+
+func top(s *topk.Sketch, n int) []Tenant {
+	total := s.Total()
+	out := []Tenant{}
+	for _, e := range s.Top(n) {
+		out = append(out, Tenant{Tenant: e.Key, Weight: e.Count, Error: e.Error, Share: e.Count / total})
+	}
+	return out
+}
