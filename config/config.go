@@ -1,0 +1,480 @@
+// Package config reads sluice's YAML configuration: the limits, the rules
+// that apply them, the store, the listeners. One schema serves the gateway
+// (sluice gateway) and the decision service. Decoding is strict: an unknown
+// field, a value of the wrong type, a limit that cannot be enforced, a rule
+// naming a limit that does not exist — each is refused with the file, the
+// line and the reason, before anything starts.
+//
+// A complete file, every field shown with its default:
+//
+//	listen: 127.0.0.1:8080          # the gateway's listener
+//	upstream: ""                    # the gateway's upstream URL (or --upstream)
+//	admin:
+//	  listen: 127.0.0.1:9090        # /metrics, and /admin/* behind the token
+//	  token_file: ""                # a file holding the admin token; no token: /admin/* is off
+//	store:
+//	  kind: memory                  # memory or redis
+//	  memory:
+//	    max_keys: 1000000           # 0: unbounded
+//	  redis:
+//	    addrs: [127.0.0.1:6379]     # several: a Cluster
+//	    prefix: sluice
+//	    key_hmac_file: ""           # a file holding a secret: keys are HMAC'd before Redis
+//	    timeout: 50ms
+//	    instances: 1                # processes sharing the limits (fail_local divides by it)
+//	    deny_cache: 0
+//	headers:
+//	  version: draft-11             # or draft-06
+//	  legacy: false                 # X-RateLimit-* too
+//	client_ip:
+//	  trusted_proxies: []           # CIDRs whose forwarding header is believed
+//	  header: x-forwarded-for       # or forwarded (RFC 7239)
+//	  ipv4_prefix: 32
+//	  ipv6_prefix: 64
+//	limits:
+//	  - name: per-ip
+//	    algorithm: token_bucket     # gcra, fixed_window, sliding_log, sliding_window, leaky_bucket, concurrency
+//	    quota: 100
+//	    window: 1m
+//	    burst: 0                    # 0: the quota
+//	    delay_threshold: 0          # leaky_bucket only
+//	    on_failure: fail_open       # when Redis cannot answer: fail_closed, fail_local
+//	rules:
+//	  - name: api
+//	    match: {methods: [], path: /}
+//	    mode: all_or_nothing        # or rejections_count
+//	    shadow: false
+//	    on_error: fail_open         # when the limiter fails: fail_closed answers 503
+//	    quotas:
+//	      - limit: per-ip
+//	        key: ip                 # global, header (with header:), principal (with header:, set by an auth proxy)
+//	        header: ""
+//	        cost: 1
+//	        charge_header: ""       # a response header whose number is charged after the response
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/sluicehq/sluice"
+)
+
+// MaxFileSize bounds a configuration file.
+const MaxFileSize = 1 << 20
+
+// File is a configuration.
+type File struct {
+	Listen   string   `yaml:"listen"`
+	Upstream string   `yaml:"upstream"`
+	Admin    Admin    `yaml:"admin"`
+	Store    Store    `yaml:"store"`
+	Headers  Headers  `yaml:"headers"`
+	ClientIP ClientIP `yaml:"client_ip"`
+	Limits   []Limit  `yaml:"limits"`
+	Rules    []Rule   `yaml:"rules"`
+
+	name string     // the file's name, for messages
+	root *yaml.Node // the document, for line numbers
+}
+
+// Admin is the operator's listener.
+type Admin struct {
+	Listen    string `yaml:"listen"`
+	TokenFile string `yaml:"token_file"`
+}
+
+// Store selects and configures the store.
+type Store struct {
+	Kind   string `yaml:"kind"`
+	Memory Memory `yaml:"memory"`
+	Redis  Redis  `yaml:"redis"`
+}
+
+// Memory configures the in-process store.
+type Memory struct {
+	MaxKeys *int `yaml:"max_keys"`
+}
+
+// Redis configures the Redis store.
+type Redis struct {
+	Addrs       []string `yaml:"addrs"`
+	Prefix      string   `yaml:"prefix"`
+	KeyHMACFile string   `yaml:"key_hmac_file"`
+	Timeout     Duration `yaml:"timeout"`
+	Instances   int      `yaml:"instances"`
+	DenyCache   int      `yaml:"deny_cache"`
+}
+
+// Headers selects the rate-limit fields of responses.
+type Headers struct {
+	Version string `yaml:"version"`
+	Legacy  bool   `yaml:"legacy"`
+}
+
+// ClientIP says how the client of a request is found.
+type ClientIP struct {
+	TrustedProxies []string `yaml:"trusted_proxies"`
+	Header         string   `yaml:"header"`
+	IPv4Prefix     int      `yaml:"ipv4_prefix"`
+	IPv6Prefix     int      `yaml:"ipv6_prefix"`
+}
+
+// Limit is a named limit.
+type Limit struct {
+	Name           string   `yaml:"name"`
+	Algorithm      string   `yaml:"algorithm"`
+	Quota          float64  `yaml:"quota"`
+	Window         Duration `yaml:"window"`
+	Burst          float64  `yaml:"burst"`
+	DelayThreshold float64  `yaml:"delay_threshold"`
+	OnFailure      string   `yaml:"on_failure"`
+}
+
+// Rule applies limits to the requests it matches.
+type Rule struct {
+	Name    string  `yaml:"name"`
+	Match   Match   `yaml:"match"`
+	Mode    string  `yaml:"mode"`
+	Shadow  bool    `yaml:"shadow"`
+	OnError string  `yaml:"on_error"`
+	Quotas  []Quota `yaml:"quotas"`
+}
+
+// Match selects requests.
+type Match struct {
+	Methods []string `yaml:"methods"`
+	Path    string   `yaml:"path"`
+}
+
+// Quota is one limit a rule's requests spend on.
+type Quota struct {
+	Limit        string  `yaml:"limit"`
+	Key          string  `yaml:"key"`
+	Header       string  `yaml:"header"`
+	Cost         float64 `yaml:"cost"`
+	ChargeHeader string  `yaml:"charge_header"`
+}
+
+// Duration is a time.Duration written as Go writes one: "50ms", "1m30s".
+type Duration time.Duration
+
+// UnmarshalYAML reads a duration.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode {
+		return fmt.Errorf("line %d: a duration is a scalar such as 50ms or 1m", n.Line)
+	}
+	v, err := time.ParseDuration(n.Value)
+	if err != nil {
+		return fmt.Errorf("line %d: duration %q: %v (write it as 50ms, 1s, 1m30s)", n.Line, n.Value, err)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// Load reads and validates the file at path.
+func Load(path string) (*File, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("config: %s: %w", path, err)
+	}
+	if len(data) > MaxFileSize {
+		return nil, fmt.Errorf("config: %s: larger than %d bytes", path, MaxFileSize)
+	}
+	return Parse(path, data)
+}
+
+// Parse reads and validates a configuration; name is used in messages.
+func Parse(name string, data []byte) (*File, error) {
+	f := &File{name: name, root: new(yaml.Node)}
+	if err := yaml.Unmarshal(data, f.root); err != nil {
+		return nil, fmt.Errorf("config: %s: %v", name, err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(f); err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("config: %s: %v", name, strings.TrimPrefix(err.Error(), "yaml: unmarshal errors:\n  "))
+	}
+	f.defaults()
+	if err := f.validate(); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// Defaults.
+const (
+	DefaultListen      = "127.0.0.1:8080"
+	DefaultAdminListen = "127.0.0.1:9090"
+	DefaultMaxKeys     = 1_000_000
+)
+
+func (f *File) defaults() {
+	if f.Listen == "" {
+		f.Listen = DefaultListen
+	}
+	if f.Admin.Listen == "" {
+		f.Admin.Listen = DefaultAdminListen
+	}
+	if f.Store.Kind == "" {
+		f.Store.Kind = "memory"
+	}
+	if f.Store.Memory.MaxKeys == nil {
+		n := DefaultMaxKeys
+		f.Store.Memory.MaxKeys = &n
+	}
+	if f.Store.Kind == "redis" && len(f.Store.Redis.Addrs) == 0 {
+		f.Store.Redis.Addrs = []string{"127.0.0.1:6379"}
+	}
+	if f.Headers.Version == "" {
+		f.Headers.Version = "draft-11"
+	}
+	if f.ClientIP.Header == "" {
+		f.ClientIP.Header = "x-forwarded-for"
+	}
+}
+
+// errAt is an error about the node at path (mapping keys and sequence
+// indexes from the document's root), with its line.
+func (f *File) errAt(path []any, format string, args ...any) error {
+	return fmt.Errorf("config: %s:%d: %s", f.name, f.line(path), fmt.Sprintf(format, args...))
+}
+
+// line finds the line of the node at path, or of the deepest node of it
+// that exists (a missing field is reported where its parent is).
+func (f *File) line(path []any) int {
+	n := f.root
+	if n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
+		n = n.Content[0]
+	}
+	line := n.Line
+	for _, p := range path {
+		var next *yaml.Node
+		switch k := p.(type) {
+		case string:
+			if n.Kind == yaml.MappingNode {
+				for i := 0; i+1 < len(n.Content); i += 2 {
+					if n.Content[i].Value == k {
+						next = n.Content[i+1]
+						break
+					}
+				}
+			}
+		case int:
+			if n.Kind == yaml.SequenceNode && k < len(n.Content) {
+				next = n.Content[k]
+			}
+		}
+		if next == nil {
+			return line
+		}
+		n, line = next, next.Line
+	}
+	return line
+}
+
+func (f *File) validate() error {
+	if err := checkAddr(f.Listen); err != nil {
+		return f.errAt([]any{"listen"}, "listen %q: %v", f.Listen, err)
+	}
+	if err := checkAddr(f.Admin.Listen); err != nil {
+		return f.errAt([]any{"admin", "listen"}, "admin listen %q: %v", f.Admin.Listen, err)
+	}
+	if f.Upstream != "" {
+		if err := CheckUpstream(f.Upstream); err != nil {
+			return f.errAt([]any{"upstream"}, "%v", err)
+		}
+	}
+	switch f.Store.Kind {
+	case "memory":
+		if *f.Store.Memory.MaxKeys < 0 {
+			return f.errAt([]any{"store", "memory", "max_keys"}, "max_keys %d: must not be negative (0: unbounded)", *f.Store.Memory.MaxKeys)
+		}
+	case "redis":
+		r := f.Store.Redis
+		for i, a := range r.Addrs {
+			if err := checkAddr(a); err != nil {
+				return f.errAt([]any{"store", "redis", "addrs", i}, "redis address %q: %v", a, err)
+			}
+		}
+		if r.Timeout < 0 || r.Instances < 0 || r.DenyCache < 0 {
+			return f.errAt([]any{"store", "redis"}, "timeout, instances and deny_cache must not be negative")
+		}
+	default:
+		return f.errAt([]any{"store", "kind"}, "store kind %q: memory or redis", f.Store.Kind)
+	}
+	if v := f.Headers.Version; v != "draft-11" && v != "draft-06" {
+		return f.errAt([]any{"headers", "version"}, "headers version %q: draft-11 or draft-06", v)
+	}
+	if h := f.ClientIP.Header; h != "x-forwarded-for" && h != "forwarded" {
+		return f.errAt([]any{"client_ip", "header"}, "client_ip header %q: x-forwarded-for or forwarded", h)
+	}
+	for i, c := range f.ClientIP.TrustedProxies {
+		if _, err := parsePrefix(c); err != nil {
+			return f.errAt([]any{"client_ip", "trusted_proxies", i}, "trusted proxy %q: %v", c, err)
+		}
+	}
+	if p := f.ClientIP.IPv4Prefix; p < 0 || p > 32 {
+		return f.errAt([]any{"client_ip", "ipv4_prefix"}, "ipv4_prefix %d: 1 to 32 (0: 32)", p)
+	}
+	if p := f.ClientIP.IPv6Prefix; p < 0 || p > 128 {
+		return f.errAt([]any{"client_ip", "ipv6_prefix"}, "ipv6_prefix %d: 1 to 128 (0: 64)", p)
+	}
+	limits := map[string]sluice.Limit{}
+	for i, l := range f.Limits {
+		sl, err := l.Sluice()
+		if err != nil {
+			return f.errAt([]any{"limits", i}, "limit %q: %v", l.Name, err)
+		}
+		if _, dup := limits[l.Name]; dup {
+			return f.errAt([]any{"limits", i, "name"}, "limit %q is defined twice", l.Name)
+		}
+		if _, err := FailurePolicy(l.OnFailure); err != nil {
+			return f.errAt([]any{"limits", i, "on_failure"}, "limit %q: %v", l.Name, err)
+		}
+		limits[l.Name] = sl
+	}
+	if len(f.Rules) == 0 {
+		return f.errAt(nil, "no rules: a configuration needs at least one rule (and the limits it uses)")
+	}
+	rules := map[string]bool{}
+	for i, r := range f.Rules {
+		at := func(p ...any) []any { return append([]any{"rules", i}, p...) }
+		if r.Name == "" {
+			return f.errAt(at(), "rule %d has no name", i)
+		}
+		if rules[r.Name] {
+			return f.errAt(at("name"), "rule %q is defined twice", r.Name)
+		}
+		rules[r.Name] = true
+		if r.Mode != "" && r.Mode != "all_or_nothing" && r.Mode != "rejections_count" {
+			return f.errAt(at("mode"), "rule %q: mode %q: all_or_nothing or rejections_count", r.Name, r.Mode)
+		}
+		if r.OnError != "" && r.OnError != "fail_open" && r.OnError != "fail_closed" {
+			return f.errAt(at("on_error"), "rule %q: on_error %q: fail_open or fail_closed", r.Name, r.OnError)
+		}
+		if len(r.Quotas) == 0 {
+			return f.errAt(at(), "rule %q has no quotas: it must spend on at least one limit", r.Name)
+		}
+		for j, q := range r.Quotas {
+			qat := func(p ...any) []any { return at(append([]any{"quotas", j}, p...)...) }
+			l, ok := limits[q.Limit]
+			if !ok {
+				return f.errAt(qat("limit"), "rule %q: limit %q is not defined under limits", r.Name, q.Limit)
+			}
+			switch q.Key {
+			case "ip", "global":
+				if q.Header != "" {
+					return f.errAt(qat("header"), "rule %q: a %s key takes no header", r.Name, q.Key)
+				}
+			case "header", "principal":
+				if q.Header == "" {
+					return f.errAt(qat("key"), "rule %q: a %s key needs header: the request header that carries it", r.Name, q.Key)
+				}
+			default:
+				return f.errAt(qat("key"), "rule %q: key %q: ip, global, header or principal", r.Name, q.Key)
+			}
+			if q.Cost < 0 {
+				return f.errAt(qat("cost"), "rule %q: cost %v: must be positive (0 means 1)", r.Name, q.Cost)
+			}
+			if q.ChargeHeader != "" && l.Algorithm != sluice.TokenBucket && l.Algorithm != sluice.GCRA &&
+				l.Algorithm != sluice.FixedWindow && l.Algorithm != sluice.SlidingWindow {
+				return f.errAt(qat("charge_header"), "rule %q: limit %q is a %v: only token_bucket, gcra, fixed_window and sliding_window can be charged after the response", r.Name, q.Limit, l.Algorithm)
+			}
+		}
+	}
+	return nil
+}
+
+// Sluice is the limit as a sluice.Limit, validated.
+func (l Limit) Sluice() (sluice.Limit, error) {
+	alg := sluice.TokenBucket
+	if l.Algorithm != "" {
+		if err := alg.UnmarshalText([]byte(l.Algorithm)); err != nil {
+			return sluice.Limit{}, err
+		}
+	}
+	sl := sluice.Limit{Name: l.Name, Algorithm: alg, Quota: l.Quota, Window: time.Duration(l.Window), Burst: l.Burst, DelayThreshold: l.DelayThreshold}
+	return sl, sl.Validate()
+}
+
+// Failure policies of a limit (store.redis: what it decides when Redis
+// cannot answer).
+const (
+	FailOpen   = "fail_open"
+	FailClosed = "fail_closed"
+	FailLocal  = "fail_local"
+)
+
+// FailurePolicy checks an on_failure value ("" means fail_open).
+func FailurePolicy(s string) (string, error) {
+	switch s {
+	case "", FailOpen:
+		return FailOpen, nil
+	case FailClosed, FailLocal:
+		return s, nil
+	}
+	return "", fmt.Errorf("on_failure %q: fail_open, fail_closed or fail_local", s)
+}
+
+// CheckUpstream checks a gateway's upstream URL: http or https, a host, no
+// user information.
+func CheckUpstream(u string) error {
+	p, err := url.Parse(u)
+	if err != nil {
+		return fmt.Errorf("upstream %q: %v", u, err)
+	}
+	if p.Scheme != "http" && p.Scheme != "https" || p.Host == "" {
+		return fmt.Errorf("upstream %q: an http:// or https:// URL with a host", u)
+	}
+	if p.User != nil {
+		return fmt.Errorf("upstream %q: no user information in the URL", u)
+	}
+	return nil
+}
+
+// checkAddr checks a host:port listener or server address.
+func checkAddr(a string) error {
+	i := strings.LastIndexByte(a, ':')
+	if i < 0 || i == len(a)-1 {
+		return errors.New("host:port, e.g. 127.0.0.1:8080")
+	}
+	return nil
+}
+
+func parsePrefix(s string) (netip.Prefix, error) {
+	if strings.Contains(s, "/") {
+		return netip.ParsePrefix(s)
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	return netip.PrefixFrom(a, a.BitLen()), nil
+}
+
+// Limit returns the named limit as a sluice.Limit (the file is valid: the
+// name was checked).
+func (f *File) Limit(name string) sluice.Limit {
+	for _, l := range f.Limits {
+		if l.Name == name {
+			sl, _ := l.Sluice()
+			return sl
+		}
+	}
+	return sluice.Limit{}
+}
