@@ -4,6 +4,7 @@
 package cli
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"io"
@@ -21,18 +22,22 @@ const (
 type command struct {
 	name    string
 	summary string
-	run     func(args []string, stdout, stderr io.Writer) int
+	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) int
 }
 
 func commands() []command {
 	return []command{
 		{"try", "play a limit against a stream of requests on a simulated clock", runTry},
+		{"gateway", "run the rate-limiting reverse proxy in front of an upstream", runGateway},
+		{"check", "validate a configuration file", runCheck},
 		{"version", "print the version", runVersion},
 	}
 }
 
 // Main runs the subcommand named by args[0] and returns the exit code.
-func Main(args []string, stdout, stderr io.Writer) int {
+// Long-running commands stop when ctx ends (main ends it on SIGINT or
+// SIGTERM).
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
 		usage(stdout)
 		if len(args) == 0 {
@@ -42,7 +47,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	}
 	for _, c := range commands() {
 		if c.name == args[0] {
-			return c.run(args[1:], stdout, stderr)
+			return c.run(ctx, args[1:], stdout, stderr)
 		}
 	}
 	fmt.Fprintf(stderr, "sluice: unknown command %q\n\n", args[0])
@@ -59,7 +64,7 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "\nRun `sluice <command> -h` for a command's flags.")
 }
 
-func runVersion(args []string, stdout, stderr io.Writer) int {
+func runVersion(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("version", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	if err := fs.Parse(args); err != nil {

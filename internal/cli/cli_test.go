@@ -2,13 +2,14 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"strings"
 	"testing"
 )
 
 func run(args ...string) (code int, stdout, stderr string) {
 	var out, errOut bytes.Buffer
-	code = Main(args, &out, &errOut)
+	code = Main(context.Background(), args, &out, &errOut)
 	return code, out.String(), errOut.String()
 }
 

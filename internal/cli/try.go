@@ -19,7 +19,7 @@ const (
 	maxTrySpan     = 100 * 365 * 24 * time.Hour
 )
 
-func runTry(args []string, stdout, stderr io.Writer) int {
+func runTry(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("try", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var (

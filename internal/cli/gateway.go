@@ -1,0 +1,71 @@
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+
+	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/gateway"
+)
+
+func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("config", "", "the configuration file (required; see `sluice check`)")
+	upstream := fs.String("upstream", "", "the upstream URL requests are proxied to (overrides upstream: in the file)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: sluice gateway --config FILE [--upstream URL]\n\nA rate-limiting reverse proxy: enforces the file's rules, proxies what they allow to the\nupstream, answers the rest with 429. Logs JSON to stderr; stops gracefully on SIGINT or SIGTERM.\n\nFlags:")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	if *path == "" || fs.NArg() > 0 {
+		fs.Usage()
+		return exitUsage
+	}
+	cfg, err := config.Load(*path)
+	if err != nil {
+		fmt.Fprintln(stderr, "sluice gateway:", err)
+		return exitError
+	}
+	log := slog.New(slog.NewJSONHandler(stderr, nil))
+	g, err := gateway.New(gateway.Options{Config: cfg, Upstream: *upstream, Logger: log})
+	if err != nil {
+		fmt.Fprintln(stderr, "sluice gateway:", err)
+		return exitError
+	}
+	if err := g.Run(ctx); err != nil {
+		log.Error("gateway failed", "err", err)
+		return exitError
+	}
+	return exitOK
+}
+
+func runCheck(_ context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("check", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("config", "", "the configuration file to validate (or give it as the argument)")
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	if *path == "" && fs.NArg() == 1 {
+		*path = fs.Arg(0)
+	} else if fs.NArg() > 0 {
+		*path = ""
+	}
+	if *path == "" {
+		fmt.Fprintln(stderr, "Usage: sluice check FILE (or --config FILE)")
+		return exitUsage
+	}
+	cfg, err := config.Load(*path)
+	if err != nil {
+		fmt.Fprintln(stderr, "sluice check:", err)
+		return exitError
+	}
+	fmt.Fprintf(stdout, "%s: ok (%d limits, %d rules, %s store)\n", *path, len(cfg.Limits), len(cfg.Rules), cfg.Store.Kind)
+	return exitOK
+}
