@@ -42,7 +42,11 @@ func TestFastFieldsMatchFormatLimits(t *testing.T) {
 		}
 		m := &Middleware{}
 		h := http.Header{}
-		m.setFields(h, &c, ds, sluice.Combine(ds))
+		var a *arena // with and without one: the field is the same
+		if rapid.Bool().Draw(t, "arena") {
+			a = new(arena)
+		}
+		m.setFields(h, &c, ds, sluice.Combine(ds), a)
 		want, err := ratelimitheader.FormatLimits(ls)
 		if err != nil {
 			t.Fatal(err)

@@ -139,6 +139,7 @@ type request struct {
 	rule  *compiledRule
 	keys  [maxQuotas]string
 	costs [maxQuotas]float64
+	arena *arena // made by the first key or field that needs one
 }
 
 func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
@@ -169,7 +170,10 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	case err != nil && !errors.Is(err, sluice.ErrCostExceedsLimit):
 		outcome = enforce.Failed
 	default:
-		combined = sluice.Combine(ds)
+		combined = ds[0]
+		if len(ds) > 1 {
+			combined = sluice.Combine(ds)
+		}
 		if !combined.Allowed {
 			outcome = enforce.Rejected
 			if rule.Shadow {
@@ -189,12 +193,12 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		next.ServeHTTP(w, r)
 		return
 	case enforce.Rejected:
-		m.setFields(w.Header(), rule, ds, combined)
+		m.setFields(w.Header(), rule, ds, combined, req.arena)
 		writeRejection(w, combined)
 		return
 	}
 	if !rule.Shadow {
-		m.setFields(w.Header(), rule, ds, combined)
+		m.setFields(w.Header(), rule, ds, combined, req.arena)
 	}
 	m.serveAllowed(w, r, next, &req, ds)
 }
@@ -209,7 +213,10 @@ rules:
 		}
 		for j := range rule.quotas {
 			q := &rule.quotas[j]
-			k, ok := m.keyOf(r, q)
+			if q.Key.Kind == IP && req.arena == nil {
+				req.arena = new(arena)
+			}
+			k, ok := m.keyOf(r, q, req.arena)
 			if !ok {
 				continue rules
 			}

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"strconv"
 	"time"
+	"unsafe"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/ratelimitheader"
@@ -21,7 +22,7 @@ const maxRawKey = 256
 // keyOf is the store key of q for r, and false when r has none (the rule
 // does not apply). Keys start with their kind, so that an IP and a header
 // value that look alike never share a state.
-func (m *Middleware) keyOf(r *http.Request, q *compiledQuota) (string, bool) {
+func (m *Middleware) keyOf(r *http.Request, q *compiledQuota, a *arena) (string, bool) {
 	switch q.Key.Kind {
 	case Global:
 		return q.prefix, true
@@ -30,7 +31,7 @@ func (m *Middleware) keyOf(r *http.Request, q *compiledQuota) (string, bool) {
 		if err != nil {
 			return "", false
 		}
-		return ipKey(p), true
+		return a.ipKey(p), true
 	case Header:
 		v := r.Header[q.header]
 		if len(v) == 0 || v[0] == "" {
@@ -47,15 +48,49 @@ func (m *Middleware) keyOf(r *http.Request, q *compiledQuota) (string, bool) {
 	return "", false
 }
 
+// arena holds the strings one request makes — its IP key and the value
+// of its RateLimit field, with the one-element slice the header map takes
+// — in one allocation instead of three. Each string is made from its bytes
+// once they are final and they are never written again, which is what
+// unsafe.String asks; the strings keep the arena alive.
+type arena struct {
+	field [1]string
+	key   [ipKeyLen]byte
+	buf   [arenaField]byte
+}
+
+const (
+	ipKeyLen   = 3 + 16 + 1
+	arenaField = 108 // a RateLimit value of up to two or three quotas; longer ones are allocated apart
+)
+
 // ipKey is the key of a client prefix: "ip:", its 16 address bytes (an
-// IPv4 address mapped) and its length in bits — one allocation, no text.
-func ipKey(p netip.Prefix) string {
-	var b [3 + 16 + 1]byte
-	copy(b[:], "ip:")
-	a := p.Addr().As16()
-	copy(b[3:], a[:])
+// IPv4 address mapped) and its length in bits — binary, no text. With a
+// nil arena it allocates its own.
+func (a *arena) ipKey(p netip.Prefix) string {
+	var own [ipKeyLen]byte
+	b := own[:]
+	if a != nil {
+		b = a.key[:]
+	}
+	copy(b, "ip:")
+	addr := p.Addr().As16()
+	copy(b[3:], addr[:])
 	b[19] = byte(p.Bits())
-	return string(b[:])
+	if a == nil {
+		return string(b)
+	}
+	return unsafe.String(&a.key[0], ipKeyLen)
+}
+
+// fieldValue is the RateLimit value b, built in the arena's buffer when
+// it fits, as the slice the header map takes.
+func (a *arena) fieldValue(b []byte) []string {
+	if a == nil || len(b) > len(a.buf) || len(b) == 0 || &b[0] != &a.buf[0] {
+		return []string{string(b)}
+	}
+	a.field[0] = unsafe.String(&a.buf[0], len(b))
+	return a.field[:1:1]
 }
 
 func bounded(prefix, v string) string {
@@ -70,14 +105,16 @@ func bounded(prefix, v string) string {
 // decisions of rule's quotas, combined into c. On a rejection, a rejecting
 // limit's reset (t) is when the request would fit: the same instant as
 // Retry-After, so Retry-After is never earlier than it.
-func (m *Middleware) setFields(h http.Header, rule *compiledRule, ds []sluice.Decision, c sluice.Decision) {
+func (m *Middleware) setFields(h http.Header, rule *compiledRule, ds []sluice.Decision, c sluice.Decision, a *arena) {
 	if m.version == ratelimitheader.Draft11 && !m.legacy {
 		// The usual case, formatted straight from the decisions (what
 		// ratelimitheader.FormatLimits writes, byte for byte: a test
 		// checks it).
 		h["Ratelimit-Policy"] = rule.policyField[:1:1]
-		var stack [128]byte
-		b := stack[:0]
+		if a == nil {
+			a = new(arena)
+		}
+		b := a.buf[:0]
 		for i := range ds {
 			b = append(b, rule.quotas[i].field...)
 			b = strconv.AppendInt(b, remainingOf(&ds[i]), 10)
@@ -86,7 +123,7 @@ func (m *Middleware) setFields(h http.Header, rule *compiledRule, ds []sluice.De
 				b = strconv.AppendInt(b, int64(t/time.Second), 10)
 			}
 		}
-		h["Ratelimit"] = []string{string(b)}
+		h["Ratelimit"] = a.fieldValue(b)
 		return
 	}
 	ls := make([]ratelimitheader.Limit, len(ds))
