@@ -7,7 +7,7 @@ BENCHTIME ?= 1s
 COUNT     ?= 6
 OUT       := bench/out
 
-.PHONY: test lint fuzz bench bench-memory bench-redis fault help
+.PHONY: test lint fuzz bench bench-memory bench-redis bench-http bench-gateway fault help
 
 help:
 	@echo "make test          the tests, with -race and -shuffle (the README's test command)"
@@ -16,6 +16,8 @@ help:
 	@echo "make bench         benchmarks against x/time/rate and go-limiter, COUNT runs, benchstat in $(OUT)/"
 	@echo "make bench-memory  the memory figures: heap per key at 1e6 keys, 1e7 keys under MaxKeys 1e6"
 	@echo "make bench-redis   decisions/s on Redis against redis_rate and redis-benchmark's ceiling"
+	@echo "make bench-http    the HTTP middleware against go-chi/httprate and go-limiter's httplimit"
+	@echo "make bench-gateway sluice gateway against a plain httputil.ReverseProxy, with wrk (ROUNDS, DURATION)"
 	@echo "make fault         the Redis outage run with the issue's bounds (timeout + 10 ms)"
 
 test:
@@ -54,3 +56,12 @@ bench-redis:
 	mkdir -p $(OUT)
 	cd bench && $(GO) test -run '^$$' -bench 'Redis' -benchtime 5s -count $(COUNT) . | tee ../$(OUT)/redis.txt
 	$(TOOL) benchstat -col /impl $(OUT)/redis.txt | tee $(OUT)/redis.benchstat
+
+bench-http:
+	mkdir -p $(OUT)
+	cd bench && $(GO) test -run '^$$' -bench 'Middleware' -benchtime $(BENCHTIME) -count $(COUNT) . | tee ../$(OUT)/http.txt
+	$(TOOL) benchstat -col /impl $(OUT)/http.txt | tee $(OUT)/http.benchstat
+
+bench-gateway:
+	mkdir -p $(OUT)
+	bench/gateway.sh | tee $(OUT)/gateway.txt
