@@ -3,16 +3,20 @@
 GO        ?= go
 TOOL      := $(GO) tool -modfile=tools/go.mod
 FUZZTIME  ?= 30s
+FUZZ_PKGS ?= ./...
+# The parsers of what arrives from the network, fuzzed in CI 60 s each.
+EDGE_PKGS := ./clientip ./ratelimitheader ./httplimit ./gateway
 BENCHTIME ?= 1s
 COUNT     ?= 6
 OUT       := bench/out
 
-.PHONY: test lint fuzz bench bench-memory bench-redis bench-http bench-gateway fault help
+.PHONY: test lint fuzz fuzz-edge bench bench-memory bench-redis bench-http bench-gateway fault help
 
 help:
 	@echo "make test          the tests, with -race and -shuffle (the README's test command)"
 	@echo "make lint          gofmt, go vet, staticcheck (pinned in tools/go.mod)"
-	@echo "make fuzz          every fuzz target for FUZZTIME (default $(FUZZTIME))"
+	@echo "make fuzz          every fuzz target (of FUZZ_PKGS) for FUZZTIME (default $(FUZZTIME))"
+	@echo "make fuzz-edge     the network-facing parsers (headers, addresses, config), 60 s each: CI runs it"
 	@echo "make bench         benchmarks against x/time/rate and go-limiter, COUNT runs, benchstat in $(OUT)/"
 	@echo "make bench-memory  the memory figures: heap per key at 1e6 keys, 1e7 keys under MaxKeys 1e6"
 	@echo "make bench-redis   decisions/s on Redis against redis_rate and redis-benchmark's ceiling"
@@ -33,12 +37,15 @@ lint:
 
 # Every Fuzz target of every package, one after the other.
 fuzz:
-	@set -e; for pkg in $$($(GO) list ./...); do \
+	@set -e; for pkg in $$($(GO) list $(FUZZ_PKGS)); do \
 	  for target in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
 	    echo "== $$pkg $$target ($(FUZZTIME))"; \
 	    $(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) $$pkg; \
 	  done; \
 	done
+
+fuzz-edge:
+	$(MAKE) fuzz FUZZ_PKGS="$(EDGE_PKGS)" FUZZTIME=60s
 
 bench:
 	mkdir -p $(OUT)
