@@ -378,7 +378,9 @@ func TestOnError(t *testing.T) {
 // after, even when the client has gone.
 func TestConcurrencyQuota(t *testing.T) {
 	t.Parallel()
-	slots := sluice.Limit{Name: "slots", Algorithm: sluice.Concurrency, Quota: 1, Window: time.Hour}
+	// A window shorter than a second: the policy's q is the number of
+	// slots, not a rate per second.
+	slots := sluice.Limit{Name: "slots", Algorithm: sluice.Concurrency, Quota: 1, Window: 400 * time.Millisecond}
 	entered, release := make(chan struct{}), make(chan struct{})
 	f := newFixture(t, httplimit.Options{Rules: []httplimit.Rule{{Name: "slots", Quotas: []httplimit.Quota{{Limit: slots, Key: httplimit.Key{Kind: httplimit.Global}}}}}},
 		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -240,8 +240,17 @@ func compileQuota(q Quota, chargeable, principal bool) (compiledQuota, error) {
 }
 
 // policyAmounts expresses a limit as whole numbers for RateLimit-Policy: a
-// quota per whole seconds, at the limit's rate (rounded down).
+// quota per whole seconds, at the limit's rate (rounded down); for a
+// concurrency limit, its slots (and no window).
 func policyAmounts(l sluice.Limit) (int64, time.Duration) {
+	if l.Algorithm == sluice.Concurrency {
+		return int64(l.Quota), 0
+	}
+	return rateAmounts(l)
+}
+
+// rateAmounts is a rate limit's quota per whole seconds, at its rate.
+func rateAmounts(l sluice.Limit) (int64, time.Duration) {
 	w := max(time.Second, (l.Window+time.Second-1)/time.Second*time.Second)
 	q := l.Quota * float64(w) / float64(l.Window)
 	return max(int64(q), 0), w
