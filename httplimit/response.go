@@ -1,8 +1,6 @@
 package httplimit
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"math"
 	"net/http"
 	"net/netip"
@@ -11,13 +9,9 @@ import (
 	"unsafe"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/enforce"
 	"github.com/sluicehq/sluice/ratelimitheader"
 )
-
-// maxRawKey bounds the part of a key taken from a request as it is: a
-// longer header value or principal is replaced by its SHA-256, so that the
-// store's key stays bounded whatever a client sends.
-const maxRawKey = 256
 
 // keyOf is the store key of q for r, and false when r has none (the rule
 // does not apply). Keys start with their kind, so that an IP and a header
@@ -37,13 +31,13 @@ func (m *Middleware) keyOf(r *http.Request, q *compiledQuota, a *arena) (string,
 		if len(v) == 0 || v[0] == "" {
 			return "", false
 		}
-		return bounded(q.prefix, v[0]), true
+		return enforce.BoundedKey(q.prefix, v[0]), true
 	case Principal:
 		p, ok := m.principal(r)
 		if !ok || p == "" {
 			return "", false
 		}
-		return bounded(q.prefix, p), true
+		return enforce.BoundedKey(q.prefix, p), true
 	}
 	return "", false
 }
@@ -55,32 +49,24 @@ func (m *Middleware) keyOf(r *http.Request, q *compiledQuota, a *arena) (string,
 // unsafe.String asks; the strings keep the arena alive.
 type arena struct {
 	field [1]string
-	key   [ipKeyLen]byte
+	key   [enforce.IPKeyLen]byte
 	buf   [arenaField]byte
 }
 
-const (
-	ipKeyLen   = 3 + 16 + 1
-	arenaField = 108 // a RateLimit value of up to two or three quotas; longer ones are allocated apart
-)
+// arenaField is room for a RateLimit value of two or three quotas; longer
+// ones are allocated apart.
+const arenaField = 108
 
-// ipKey is the key of a client prefix: "ip:", its 16 address bytes (an
-// IPv4 address mapped) and its length in bits — binary, no text. With a
-// nil arena it allocates its own.
+// ipKey is the key of a client prefix (enforce.PutIPKey), in the arena;
+// with a nil arena it allocates its own.
 func (a *arena) ipKey(p netip.Prefix) string {
-	var own [ipKeyLen]byte
-	b := own[:]
-	if a != nil {
-		b = a.key[:]
-	}
-	copy(b, "ip:")
-	addr := p.Addr().As16()
-	copy(b[3:], addr[:])
-	b[19] = byte(p.Bits())
 	if a == nil {
-		return string(b)
+		var own [enforce.IPKeyLen]byte
+		enforce.PutIPKey(&own, p)
+		return string(own[:])
 	}
-	return unsafe.String(&a.key[0], ipKeyLen)
+	enforce.PutIPKey(&a.key, p)
+	return unsafe.String(&a.key[0], enforce.IPKeyLen)
 }
 
 // fieldValue is the RateLimit value b, built in the arena's buffer when
@@ -91,14 +77,6 @@ func (a *arena) fieldValue(b []byte) []string {
 	}
 	a.field[0] = unsafe.String(&a.buf[0], len(b))
 	return a.field[:1:1]
-}
-
-func bounded(prefix, v string) string {
-	if len(v) <= maxRawKey {
-		return prefix + v
-	}
-	sum := sha256.Sum256([]byte(v))
-	return prefix + "sha256:" + hex.EncodeToString(sum[:])
 }
 
 // setFields writes the rate-limit fields of a response about ds, the

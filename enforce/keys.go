@@ -1,0 +1,39 @@
+package enforce
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"net/netip"
+)
+
+// Keys are built the same way by every transport, so that a limit shared
+// by an HTTP and a gRPC server counts a client once: the kind first (so
+// kinds never share a state), then the identity, bounded.
+
+// MaxRawKey bounds the part of a key taken from a request as it is: a
+// longer header value, metadata value or principal is replaced by its
+// SHA-256, so that a store's key stays bounded whatever a client sends.
+const MaxRawKey = 256
+
+// BoundedKey is prefix followed by v, or by "sha256:" and v's SHA-256 in
+// hex when v is longer than MaxRawKey.
+func BoundedKey(prefix, v string) string {
+	if len(v) <= MaxRawKey {
+		return prefix + v
+	}
+	sum := sha256.Sum256([]byte(v))
+	return prefix + "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// IPKeyLen is the length of an IP key.
+const IPKeyLen = 3 + 16 + 1
+
+// PutIPKey writes the key of a client prefix into b: "ip:", the prefix's
+// 16 address bytes (an IPv4 address mapped) and its length in bits —
+// binary, no text, one key for every address of the prefix.
+func PutIPKey(b *[IPKeyLen]byte, p netip.Prefix) {
+	copy(b[:], "ip:")
+	a := p.Addr().As16()
+	copy(b[3:], a[:])
+	b[19] = byte(p.Bits())
+}

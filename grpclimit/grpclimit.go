@@ -1,0 +1,325 @@
+// Package grpclimit enforces rate limits on a gRPC server, as unary and
+// stream server interceptors: which calls are counted (rules matching full
+// method names, "/pkg.Service/Method" or a whole "/pkg.Service/*"), whose
+// (a key: an incoming metadata value such as an API key, the method, the
+// connection's peer address, an authenticated principal, or one global
+// key), what they cost (static, computed, or declared by the client in
+// metadata), and several limits per call in declared order — decided by
+// any sluice.Limiter (memstore in one process, redisstore for a fleet). It
+// is the gRPC twin of httplimit, with the same rules and the same keys.
+//
+// A rejected call ends with the status
+//
+//	code:    RESOURCE_EXHAUSTED
+//	message: rate limited
+//	details: google.rpc.RetryInfo{retry_delay: 20s}
+//
+// and the response header metadata
+//
+//	ratelimit-policy: "per-key";q=3;w=60
+//	ratelimit: "per-key";r=0;t=20
+//
+// RetryInfo's retry_delay is the wait in whole milliseconds, rounded up, at
+// least 1 ms. When the cost can never fit (it exceeds a limit's capacity)
+// the message is "rate limited: the cost exceeds the limit's capacity" and
+// there is no RetryInfo: retrying cannot help. Allowed calls carry
+// ratelimit-policy and ratelimit too, in the format of
+// draft-ietf-httpapi-ratelimit-headers-11 (package ratelimitheader); rules in
+// shadow mode send neither. When the limiter fails and the rule is
+// enforce.FailClosed, the call ends UNAVAILABLE, "rate limiter unavailable",
+// with a RetryInfo of one second. A cost declared in metadata that is not a
+// positive decimal number ends the call INVALID_ARGUMENT, before the limiter
+// is asked.
+//
+// No status, detail or metadata ever carries a key or an identity: every
+// branch — a known or unknown API key, a key seen before or not — answers
+// with the same fields and makes the same one call to the limiter.
+package grpclimit
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/enforce"
+)
+
+// Options configures an Interceptor. Limiter and Rules are required; every
+// other zero field means its documented default.
+type Options struct {
+	// Limiter decides.
+	Limiter sluice.Limiter
+	// Rules, tried in order; the first that applies to a call decides it
+	// (see Rule).
+	Rules []Rule
+	// Principal returns the authenticated identity of a call (say, from
+	// the claims an authentication interceptor earlier in the chain put in
+	// the context), for Principal keys, and false when there is none.
+	Principal func(ctx context.Context) (string, bool)
+	// Observer hears every decision (metrics, heaviest tenants). Optional.
+	Observer enforce.Observer
+	// TenantLabel names a call's tenant for the Observer (say, an account
+	// ID from the authentication context). Default: a per-process
+	// pseudonym of the first quota's key (never the key itself).
+	TenantLabel func(ctx context.Context, fullMethod string) string
+}
+
+// Interceptor enforces its rules on the calls of a gRPC server. It is safe
+// for concurrent use; install both of its interceptors to cover unary and
+// streaming methods:
+//
+//	grpc.NewServer(grpc.ChainUnaryInterceptor(in.Unary()), grpc.ChainStreamInterceptor(in.Stream()))
+type Interceptor struct {
+	limiter   sluice.Limiter
+	rules     []compiledRule
+	principal func(context.Context) (string, bool)
+	observer  enforce.Observer
+	label     func(context.Context, string) string
+	seed      maphash.Seed
+}
+
+// New builds an Interceptor, validating every rule, method pattern, quota
+// and limit: an error names the rule, the quota and what is wrong.
+func New(opts Options) (*Interceptor, error) {
+	if opts.Limiter == nil {
+		return nil, errors.New("grpclimit: Options.Limiter is required")
+	}
+	if len(opts.Rules) == 0 {
+		return nil, errors.New("grpclimit: no rules: at least one is required")
+	}
+	in := &Interceptor{
+		limiter: opts.Limiter, principal: opts.Principal, observer: opts.Observer, label: opts.TenantLabel,
+		seed: maphash.MakeSeed(),
+	}
+	for _, r := range opts.Rules {
+		c, err := compileRule(r, in.principal != nil)
+		if err != nil {
+			return nil, fmt.Errorf("grpclimit: %w", err)
+		}
+		for _, o := range in.rules {
+			if o.Name == r.Name {
+				return nil, fmt.Errorf("grpclimit: two rules named %q", r.Name)
+			}
+		}
+		in.rules = append(in.rules, c)
+	}
+	return in, nil
+}
+
+// Unary returns the interceptor for unary methods. A call it lets through
+// runs the handler; the concurrency slots it holds are released when the
+// handler returns.
+func (in *Interceptor) Unary() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		var c call
+		if err := in.admit(ctx, info.FullMethod, nil, &c); err != nil {
+			return nil, err
+		}
+		if c.held {
+			defer in.release(ctx, &c)
+		}
+		return handler(ctx, req)
+	}
+}
+
+// Stream returns the interceptor for streaming methods. A stream is
+// decided once, when it starts (its cost comes from the stream's metadata
+// or CostFunc, not from its messages); the concurrency slots it holds are
+// released when the handler returns.
+func (in *Interceptor) Stream() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		var c call
+		ctx := ss.Context()
+		if err := in.admit(ctx, info.FullMethod, ss, &c); err != nil {
+			return err
+		}
+		if c.held {
+			defer in.release(ctx, &c)
+		}
+		return handler(srv, ss)
+	}
+}
+
+// maxQuotas bounds the quotas of a rule, so that a call's bookkeeping fits
+// on the stack.
+const maxQuotas = 8
+
+// call is one call's decision in the making: its rule, the key and cost of
+// each of the rule's quotas, and the decisions.
+type call struct {
+	rule  *compiledRule
+	keys  [maxQuotas]string
+	costs [maxQuotas]float64
+	one   [1]sluice.Decision
+	ds    []sluice.Decision
+	held  bool // some decision holds concurrency slots
+}
+
+// admit decides a call of method. A nil error lets it through (c.held says
+// whether it must be released after the handler); otherwise the error is
+// the status the call ends with. The rate-limit fields are set as header
+// metadata on ss, or with grpc.SetHeader when ss is nil (a unary call).
+func (in *Interceptor) admit(ctx context.Context, method string, ss grpc.ServerStream, c *call) error {
+	if !in.match(ctx, method, c) {
+		return nil
+	}
+	rule := c.rule
+	if err := in.costs(ctx, method, c); err != nil {
+		return err // the client's mistake: not a decision, not observed
+	}
+	var start time.Time
+	if in.observer != nil {
+		start = time.Now()
+	}
+	// One call to the limiter: Allow for a single quota (its decision stays
+	// in c), AllowAll for several.
+	var err error
+	if len(rule.quotas) == 1 {
+		c.one[0], err = in.limiter.Allow(ctx, c.keys[0], rule.quotas[0].Limit, c.costs[0])
+		c.ds = c.one[:]
+	} else {
+		c.ds, err = in.decideAll(ctx, c)
+	}
+	outcome := enforce.Allowed
+	var combined sluice.Decision
+	never := errors.Is(err, sluice.ErrCostExceedsLimit)
+	switch {
+	case err != nil && !never:
+		outcome = enforce.Failed
+	default:
+		combined = sluice.Combine(c.ds)
+		never = never || combined.RetryAfter == sluice.Never
+		if !combined.Allowed || never {
+			outcome = enforce.Rejected
+			if rule.Shadow {
+				outcome = enforce.ShadowRejected
+			}
+		}
+	}
+	if in.observer != nil {
+		in.observe(ctx, method, c, outcome, time.Since(start), err)
+	}
+	switch outcome {
+	case enforce.Failed:
+		if rule.OnError == enforce.FailClosed {
+			return unavailable()
+		}
+		return nil
+	case enforce.Rejected:
+		// The call does not run, so it holds nothing. (memstore and
+		// redisstore never charge a concurrency limit for a rejected call,
+		// even under RejectionsCount, but the Limiter contract does not
+		// promise it: a ticket reported here is given back now rather than
+		// held for the limit's window.)
+		in.release(ctx, c)
+		setHeader(ctx, ss, rule.fields(c.ds))
+		return rejection(combined.RetryAfter, never)
+	case enforce.Allowed:
+		if !rule.Shadow {
+			setHeader(ctx, ss, rule.fields(c.ds))
+		}
+	}
+	// Allowed, or rejected in shadow: the call runs, holding what it took.
+	for i := range c.ds {
+		c.held = c.held || c.ds[i].Ticket != 0
+	}
+	return nil
+}
+
+// match finds the rule for a call of method, and its keys.
+func (in *Interceptor) match(ctx context.Context, method string, c *call) bool {
+rules:
+	for i := range in.rules {
+		rule := &in.rules[i]
+		if !rule.methods.match(method) {
+			continue
+		}
+		for j := range rule.quotas {
+			k, ok := in.keyOf(ctx, method, &rule.quotas[j])
+			if !ok {
+				continue rules
+			}
+			c.keys[j] = k
+		}
+		c.rule = rule
+		return true
+	}
+	return false
+}
+
+// costs finds the cost of each of the rule's quotas: the client's
+// declaration in metadata, CostFunc's result, or Cost. A malformed
+// declaration is an INVALID_ARGUMENT status.
+func (in *Interceptor) costs(ctx context.Context, method string, c *call) error {
+	for i := range c.rule.quotas {
+		q := &c.rule.quotas[i]
+		cost := q.Cost
+		switch {
+		case q.costMD != "":
+			declared, ok, err := q.declaredCost(ctx)
+			if err != nil {
+				return err
+			}
+			if ok {
+				cost = declared
+			}
+		case q.CostFunc != nil:
+			if v := q.CostFunc(ctx, method); v != 0 {
+				cost = v
+			}
+		}
+		if cost == 0 {
+			cost = 1
+		}
+		c.costs[i] = cost
+	}
+	return nil
+}
+
+// decideAll decides a rule of several quotas as one.
+func (in *Interceptor) decideAll(ctx context.Context, c *call) ([]sluice.Decision, error) {
+	rule := c.rule
+	var reqs [maxQuotas]sluice.Request
+	for i := range rule.quotas {
+		reqs[i] = sluice.Request{Key: c.keys[i], Limit: rule.quotas[i].Limit, Cost: c.costs[i]}
+	}
+	ds := make([]sluice.Decision, len(rule.quotas))
+	_, err := in.limiter.AllowAll(ctx, reqs[:len(rule.quotas)], rule.Mode, ds)
+	return ds, err
+}
+
+// release gives back the concurrency slots a call held, with a context
+// that outlives a client that went away: a slot not released is held until
+// its limit's window ends.
+func (in *Interceptor) release(ctx context.Context, c *call) {
+	ctx = context.WithoutCancel(ctx)
+	for i := range c.ds {
+		if t := c.ds[i].Ticket; t != 0 {
+			_ = in.limiter.Release(ctx, c.keys[i], c.rule.quotas[i].Limit, t) // a failed release frees itself after the window
+		}
+	}
+}
+
+func (in *Interceptor) observe(ctx context.Context, method string, c *call, o enforce.Outcome, latency time.Duration, err error) {
+	e := enforce.Event{Rule: c.rule.Name, Outcome: o, Latency: latency, Cost: c.costs[0]}
+	if o == enforce.Failed {
+		e.Err = err
+	}
+	if in.label != nil {
+		e.Tenant = in.label(ctx, method)
+	} else {
+		var b [8]byte
+		h := maphash.String(in.seed, c.keys[0])
+		for i := range b {
+			b[i] = byte(h >> (8 * i))
+		}
+		e.Tenant = c.rule.quotas[0].Key.Kind.String() + ":" + hex.EncodeToString(b[:])
+	}
+	in.observer.Observe(e)
+}
