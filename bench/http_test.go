@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -59,7 +60,16 @@ func BenchmarkMiddleware(b *testing.B) {
 		serve(b, mw.Handler(okHandler))
 	})
 	b.Run("impl=httprate", func(b *testing.B) {
-		serve(b, httprate.LimitByIP(1e9, time.Second)(okHandler))
+		// LimitByIP, now deprecated, spelled out: the peer's address,
+		// IPv6 by /64.
+		byIP := func(r *http.Request) (string, error) {
+			ip, _, err := net.SplitHostPort(r.RemoteAddr)
+			if err != nil {
+				ip = r.RemoteAddr
+			}
+			return httprate.CanonicalizeIP(ip), nil
+		}
+		serve(b, httprate.LimitBy(1e9, time.Second, byIP)(okHandler))
 	})
 	b.Run("impl=golimiter", func(b *testing.B) {
 		store, err := memorystore.New(&memorystore.Config{Tokens: 1e9, Interval: time.Second})
