@@ -24,9 +24,15 @@ const (
 	// Failed: the limiter returned an error (not a rejection); the rule's
 	// OnError policy let the request through or refused it.
 	Failed
+	// Invalid: the request's cost could not be taken (negative, not a
+	// number, finer than a limit's resolution, a malformed declaration):
+	// the request was refused as the client's error (400,
+	// INVALID_ARGUMENT), nothing spent.
+	Invalid
 )
 
-// String returns "allowed", "rejected", "shadow_rejected" or "failed".
+// String returns "allowed", "rejected", "shadow_rejected", "failed" or
+// "invalid".
 func (o Outcome) String() string {
 	switch o {
 	case Allowed:
@@ -37,12 +43,14 @@ func (o Outcome) String() string {
 		return "shadow_rejected"
 	case Failed:
 		return "failed"
+	case Invalid:
+		return "invalid"
 	}
 	return "outcome(" + strconv.Itoa(int(o)) + ")"
 }
 
 // Outcomes lists every Outcome, for metrics that pre-create their series.
-var Outcomes = []Outcome{Allowed, Rejected, ShadowRejected, Failed}
+var Outcomes = []Outcome{Allowed, Rejected, ShadowRejected, Failed, Invalid}
 
 // OnError is what a rule does when its limiter fails with an error — a
 // reply it cannot read, a caller's context ended — rather than a decision.

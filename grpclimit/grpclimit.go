@@ -42,9 +42,13 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"math"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/enforce"
@@ -82,6 +86,7 @@ type Interceptor struct {
 	observer  enforce.Observer
 	label     func(context.Context, string) string
 	seed      maphash.Seed
+	sleep     func(context.Context, time.Duration) error // tests: instead of a timer
 }
 
 // New builds an Interceptor, validating every rule, method pattern, quota
@@ -171,7 +176,10 @@ func (in *Interceptor) admit(ctx context.Context, method string, ss grpc.ServerS
 	}
 	rule := c.rule
 	if err := in.costs(ctx, method, c); err != nil {
-		return err // the client's mistake: not a decision, not observed
+		if in.observer != nil {
+			in.observe(ctx, method, c, enforce.Invalid, 0, nil)
+		}
+		return err // the client's mistake: nothing decided, nothing spent
 	}
 	var start time.Time
 	if in.observer != nil {
@@ -190,6 +198,8 @@ func (in *Interceptor) admit(ctx context.Context, method string, ss grpc.ServerS
 	var combined sluice.Decision
 	never := errors.Is(err, sluice.ErrCostExceedsLimit)
 	switch {
+	case errors.Is(err, sluice.ErrInvalidCost): // finer than a limit's resolution, say
+		outcome = enforce.Invalid
 	case err != nil && !never:
 		outcome = enforce.Failed
 	default:
@@ -206,6 +216,8 @@ func (in *Interceptor) admit(ctx context.Context, method string, ss grpc.ServerS
 		in.observe(ctx, method, c, outcome, time.Since(start), err)
 	}
 	switch outcome {
+	case enforce.Invalid:
+		return status.Error(codes.InvalidArgument, "invalid cost: "+strings.TrimPrefix(err.Error(), "sluice: "))
 	case enforce.Failed:
 		if rule.OnError == enforce.FailClosed {
 			return unavailable()
@@ -223,6 +235,14 @@ func (in *Interceptor) admit(ctx context.Context, method string, ss grpc.ServerS
 	case enforce.Allowed:
 		if !rule.Shadow {
 			setHeader(ctx, ss, rule.fields(c.ds))
+			// A leaky bucket (nginx's burst without nodelay) admits a
+			// call to be served later: it waits its turn here.
+			if combined.Delay > 0 {
+				if err := in.wait(ctx, combined.Delay); err != nil {
+					in.release(ctx, c)
+					return err
+				}
+			}
 		}
 	}
 	// Allowed, or rejected in shadow: the call runs, holding what it took.
@@ -230,6 +250,22 @@ func (in *Interceptor) admit(ctx context.Context, method string, ss grpc.ServerS
 		c.held = c.held || c.ds[i].Ticket != 0
 	}
 	return nil
+}
+
+// wait holds a call for d: nil, or the status of a call whose context
+// ended first.
+func (in *Interceptor) wait(ctx context.Context, d time.Duration) error {
+	if in.sleep != nil {
+		return in.sleep(ctx, d)
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return status.FromContextError(ctx.Err()).Err()
+	}
 }
 
 // match finds the rule for a call of method, and its keys.
@@ -271,6 +307,9 @@ func (in *Interceptor) costs(ctx context.Context, method string, c *call) error 
 			}
 		case q.CostFunc != nil:
 			if v := q.CostFunc(ctx, method); v != 0 {
+				if !(v > 0) || math.IsInf(v, 0) {
+					return status.Errorf(codes.InvalidArgument, "invalid cost: the cost of %s is %v", method, v)
+				}
 				cost = v
 			}
 		}

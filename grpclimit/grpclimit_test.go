@@ -124,7 +124,7 @@ func (c *counting) AllowAll(ctx context.Context, reqs []sluice.Request, mode slu
 	return c.Store.AllowAll(ctx, reqs, mode, each)
 }
 
-func newFixture(t *testing.T, opts grpclimit.Options) *fixture {
+func newFixture(t *testing.T, opts grpclimit.Options, setup ...func(*grpclimit.Interceptor)) *fixture {
 	t.Helper()
 	f := &fixture{t: t, clock: limittest.NewClock(limittest.Epoch), entered: make(chan struct{}), release: make(chan struct{})}
 	ms, err := memstore.New(memstore.Options{Now: f.clock.Now})
@@ -139,6 +139,9 @@ func newFixture(t *testing.T, opts grpclimit.Options) *fixture {
 	in, err := grpclimit.New(opts)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, f := range setup {
+		f(in)
 	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -358,7 +361,8 @@ func TestRetryDelay(t *testing.T) {
 func TestCostNeverFits(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, grpclimit.Options{Rules: []grpclimit.Rule{
-		{Name: "static", Match: grpclimit.Match{Methods: []string{say}}, Quotas: []grpclimit.Quota{{Limit: perKey, Key: global, Cost: 3}}},
+		{Name: "computed", Match: grpclimit.Match{Methods: []string{say}}, Quotas: []grpclimit.Quota{{Limit: perKey, Key: global,
+			CostFunc: func(context.Context, string) float64 { return 3 }}}}, // a static cost of 3 is refused by New
 		{Name: "declared", Quotas: []grpclimit.Quota{{Limit: perKey, Key: global, CostMetadata: "x-cost"}}},
 	}})
 	for _, r := range []reply{f.call(nil, say, "hi"), f.call(nil, other, "hi", "x-cost", "5"), f.stream([]string{"hi"}, "x-cost", "2.5")} {
@@ -524,11 +528,16 @@ func TestCosts(t *testing.T) {
 		}
 	}
 	var costs []float64
+	invalid := 0
 	for _, e := range obs.all() {
+		if e.Outcome == enforce.Invalid {
+			invalid++
+			continue
+		}
 		costs = append(costs, e.Cost)
 	}
-	if want := []float64{2, 2.5, 3, 1, 2}; !slices.Equal(costs, want) {
-		t.Errorf("observed costs %v, want %v (malformed calls decide nothing)", costs, want)
+	if want := []float64{2, 2.5, 3, 1, 2}; !slices.Equal(costs, want) || invalid != 15 {
+		t.Errorf("observed costs %v and %d invalid, want %v and 15 (malformed calls decide nothing)", costs, invalid, want)
 	}
 }
 
@@ -851,6 +860,7 @@ func TestNewRefusesBadOptions(t *testing.T) {
 		{"bad metadata name", quota(grpclimit.Quota{Limit: perKey, Key: metadataKey("x api key")}), `Key.Metadata: "x api key": a metadata key holds only`},
 		{"reserved metadata", quota(grpclimit.Quota{Limit: perKey, Key: metadataKey("grpc-timeout")}), "reserved"},
 		{"pseudo-header", quota(grpclimit.Quota{Limit: perKey, Key: metadataKey(":authority")}), "holds only"},
+		{"cost above capacity", quota(grpclimit.Quota{Limit: perKey, Key: global, Cost: 3}), "cost 3 exceeds the limit's capacity 2"},
 		{"both costs", quota(grpclimit.Quota{Limit: perKey, CostMetadata: "x-cost", CostFunc: cost}), "at most one of CostMetadata and CostFunc"},
 		{"binary cost", quota(grpclimit.Quota{Limit: perKey, CostMetadata: "x-cost-bin"}), "not a binary (-bin) key"},
 		{"bad cost metadata", quota(grpclimit.Quota{Limit: perKey, CostMetadata: "x/cost"}), `CostMetadata: "x/cost"`},
@@ -897,5 +907,71 @@ func TestKeysSharedWithHTTP(t *testing.T) {
 				t.Fatalf("then over gRPC: %v %q, want the HTTP call's spend counted", g.code, g.ratelimit())
 			}
 		})
+	}
+}
+
+// A leaky bucket admits calls to be served later: the interceptor holds
+// each for its Delay, and a call whose client gives up is not served.
+func TestLeakyBucketDelays(t *testing.T) {
+	t.Parallel()
+	queue := sluice.Limit{Name: "queue", Algorithm: sluice.LeakyBucket, Quota: 10, Window: time.Second, Burst: 3}
+	var mu sync.Mutex
+	var waited []time.Duration
+	giveUp := false
+	f := newFixture(t, grpclimit.Options{Rules: []grpclimit.Rule{{Name: "q", Quotas: []grpclimit.Quota{{Limit: queue, Key: global}}}}},
+		func(in *grpclimit.Interceptor) {
+			grpclimit.SetSleep(in, func(ctx context.Context, d time.Duration) error {
+				mu.Lock()
+				defer mu.Unlock()
+				waited = append(waited, d)
+				if giveUp {
+					return status.Error(codes.Canceled, "gone")
+				}
+				return nil
+			})
+		})
+	var got []codes.Code
+	for range 4 {
+		got = append(got, f.call(nil, say, "hi").code)
+	}
+	mu.Lock()
+	w := slices.Clone(waited)
+	giveUp = true
+	mu.Unlock()
+	if want := []time.Duration{100 * time.Millisecond, 200 * time.Millisecond}; !slices.Equal(got, []codes.Code{codes.OK, codes.OK, codes.OK, codes.ResourceExhausted}) || !slices.Equal(w, want) {
+		t.Fatalf("codes %v, waits %v; want three served (two delayed %v), the fourth refused", got, w, want)
+	}
+	f.clock.Add(time.Second)
+	f.call(nil, say, "hi")
+	if r := f.call(nil, say, "hi"); r.code != codes.Canceled || f.served.Load() != 4 {
+		t.Fatalf("a call abandoned while waiting: %v, %d served; want CANCELED and 4", r.code, f.served.Load())
+	}
+}
+
+// A computed cost that cannot be a cost is INVALID_ARGUMENT, nothing
+// spent — not a limiter failure, which FailOpen would let through.
+func TestInvalidComputedCost(t *testing.T) {
+	t.Parallel()
+	one := sluice.Limit{Name: "one", Quota: 1, Window: time.Hour}
+	var obs recorder
+	f := newFixture(t, grpclimit.Options{Observer: &obs, Rules: []grpclimit.Rule{{Name: "r", Quotas: []grpclimit.Quota{{Limit: one, Key: global,
+		CostFunc: func(_ context.Context, m string) float64 {
+			if m == say {
+				return -1
+			}
+			return 1e-9 // below the resolution: the store refuses it
+		}}}}}})
+	for _, m := range []string{say, other} {
+		if r := f.call(nil, m, "hi"); r.code != codes.InvalidArgument || !strings.HasPrefix(r.msg, "invalid cost: ") {
+			t.Errorf("%s: %v %q, want INVALID_ARGUMENT", m, r.code, r.msg)
+		}
+	}
+	if f.served.Load() != 0 {
+		t.Fatal("a call of invalid cost was served")
+	}
+	for _, e := range obs.all() {
+		if e.Outcome != enforce.Invalid {
+			t.Fatalf("observed %v, want invalid", e.Outcome)
+		}
 	}
 }

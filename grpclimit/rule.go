@@ -68,14 +68,15 @@ type Quota struct {
 	// without it spends Cost. A malformed value — not a number, zero,
 	// negative, an exponent, NaN or Inf, several values — ends the call
 	// INVALID_ARGUMENT before the limiter is asked (the client's mistake,
-	// not the limiter's; the Observer hears nothing: nothing was decided). The client chooses what it spends: use it where
+	// not the limiter's; the Observer hears enforce.Invalid). The client
+	// chooses what it spends: use it where
 	// the declaration is checked later (a batch's declared size), or
 	// trusted. Exclusive with CostFunc.
 	CostMetadata string
 	// CostFunc, when set, computes the cost of a call instead (a
 	// per-method weight). A result of 0 means Cost; an invalid one
-	// (negative, NaN) fails the decision (the rule's OnError). Exclusive
-	// with CostMetadata.
+	// (negative, NaN, infinite) ends the call INVALID_ARGUMENT, nothing
+	// spent. Exclusive with CostMetadata.
 	CostFunc func(ctx context.Context, fullMethod string) float64
 }
 
@@ -201,6 +202,9 @@ func compileQuota(q Quota, principal bool) (compiledQuota, error) {
 	if q.Cost > 0 {
 		if _, err := p.Cost(q.Cost); err != nil {
 			return c, err
+		}
+		if capacity := q.Limit.Capacity(); q.Cost > capacity {
+			return c, fmt.Errorf("cost %v exceeds the limit's capacity %v: every call would be refused", q.Cost, capacity)
 		}
 	}
 	if q.CostMetadata != "" {

@@ -34,7 +34,9 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"math"
 	"net/http"
+	"path"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -82,6 +84,7 @@ type Middleware struct {
 	observer  enforce.Observer
 	label     func(*http.Request) string
 	seed      maphash.Seed
+	sleep     func(context.Context, time.Duration) bool // tests: instead of a timer
 }
 
 // New builds a Middleware, validating every rule, quota and limit: an error
@@ -140,6 +143,10 @@ type request struct {
 	keys  [maxQuotas]string
 	costs [maxQuotas]float64
 	arena *arena // made by the first key or field that needs one
+	ipKey string // the client's key, found once
+	// badCost: a CostFunc returned what cannot be a cost (negative, NaN,
+	// infinite): the request is refused as invalid, nothing spent.
+	badCost bool
 }
 
 func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
@@ -149,6 +156,13 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	}
 	rule := req.rule
+	if req.badCost {
+		if m.observer != nil {
+			m.observe(r, &req, enforce.Invalid, 0, nil)
+		}
+		writeInvalidCost(w)
+		return
+	}
 	var start time.Time
 	if m.observer != nil {
 		start = time.Now()
@@ -167,6 +181,8 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	outcome := enforce.Allowed
 	var combined sluice.Decision
 	switch {
+	case errors.Is(err, sluice.ErrInvalidCost): // finer than a limit's resolution, say
+		outcome = enforce.Invalid
 	case err != nil && !errors.Is(err, sluice.ErrCostExceedsLimit):
 		outcome = enforce.Failed
 	default:
@@ -185,38 +201,66 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		m.observe(r, &req, outcome, time.Since(start), err)
 	}
 	switch outcome {
+	case enforce.Invalid:
+		writeInvalidCost(w)
+		return
 	case enforce.Failed:
 		if rule.OnError == enforce.FailClosed {
+			m.release(r, &req, ds) // the request does not run: it holds nothing
 			writeUnavailable(w)
 			return
 		}
 		next.ServeHTTP(w, r)
 		return
 	case enforce.Rejected:
+		// The request does not run, so it holds nothing. (memstore and
+		// redisstore never charge a concurrency limit for a rejected
+		// request, but the Limiter contract does not promise it.)
+		m.release(r, &req, ds)
 		m.setFields(w.Header(), rule, ds, combined, req.arena)
 		writeRejection(w, combined)
 		return
 	}
 	if !rule.Shadow {
 		m.setFields(w.Header(), rule, ds, combined, req.arena)
+		// A leaky bucket (nginx's burst without nodelay) admits a request
+		// to be served later: it waits its turn here.
+		if combined.Delay > 0 && !m.wait(r, combined.Delay) {
+			m.release(r, &req, ds) // the client went away while waiting
+			return
+		}
 	}
 	m.serveAllowed(w, r, next, &req, ds)
 }
 
-// match finds the rule for r, and its keys and costs.
+// wait holds r for d, and false when its client went away first.
+func (m *Middleware) wait(r *http.Request, d time.Duration) bool {
+	if m.sleep != nil {
+		return m.sleep(r.Context(), d)
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-r.Context().Done():
+		return false
+	}
+}
+
+// match finds the rule for r, and its keys and costs. Rules match the
+// cleaned path ("/x/../api/" is "/api/"), as the upstream will read it.
 func (m *Middleware) match(r *http.Request, req *request) bool {
+	urlPath := cleanPath(r.URL.Path)
 rules:
 	for i := range m.rules {
 		rule := &m.rules[i]
-		if !rule.methods.match(r.Method) || !rule.path.match(r.URL.Path) {
+		if !rule.methods.match(r.Method) || !rule.path.match(urlPath) {
 			continue
 		}
 		for j := range rule.quotas {
 			q := &rule.quotas[j]
-			if q.Key.Kind == IP && req.arena == nil {
-				req.arena = new(arena)
-			}
-			k, ok := m.keyOf(r, q, req.arena)
+			k, ok := m.keyOf(r, q, req)
 			if !ok {
 				continue rules
 			}
@@ -224,6 +268,9 @@ rules:
 			if q.CostFunc != nil {
 				if c := q.CostFunc(r); c != 0 {
 					cost = c
+					if !(c > 0) || math.IsInf(c, 0) {
+						req.badCost = true // negative, NaN, infinite: the request cannot be costed
+					}
 				}
 			}
 			if cost == 0 {
@@ -235,6 +282,34 @@ rules:
 		return true
 	}
 	return false
+}
+
+// isClean reports whether p, which starts with "/", has no "//" and no
+// "/." (the only places a "." or ".." segment or an empty one can be).
+func isClean(p string) bool {
+	for i := 0; i < len(p)-1; i++ {
+		if p[i] == '/' && (p[i+1] == '/' || p[i+1] == '.') {
+			return false
+		}
+	}
+	return true
+}
+
+// cleanPath is p with "." and ".." segments resolved and repeated slashes
+// collapsed, keeping a trailing slash (as http.ServeMux cleans before it
+// matches); p itself when it is already clean, without allocating.
+func cleanPath(p string) string {
+	if p == "" {
+		return "/"
+	}
+	if p[0] == '/' && isClean(p) {
+		return p
+	}
+	c := path.Clean("/" + p)
+	if p[len(p)-1] == '/' && c != "/" {
+		c += "/"
+	}
+	return c
 }
 
 // decideAll decides a rule of several quotas as one.
@@ -265,13 +340,7 @@ func (m *Middleware) serveAllowed(w http.ResponseWriter, r *http.Request, next h
 	}
 	ctx := context.WithoutCancel(r.Context())
 	if held {
-		defer func() {
-			for i := range ds {
-				if t := ds[i].Ticket; t != 0 {
-					_ = m.limiter.Release(ctx, req.keys[i], rule.quotas[i].Limit, t) // a failed release frees itself after the window
-				}
-			}
-		}()
+		defer m.release(r, req, ds) // also when the handler panics
 	}
 	if !rule.charges {
 		next.ServeHTTP(w, r)
@@ -290,6 +359,21 @@ func (m *Middleware) serveAllowed(w http.ResponseWriter, r *http.Request, next h
 	}
 }
 
+// release gives back the concurrency slots of ds, with a context that
+// outlives a client that went away: a slot not released is held until its
+// window ends.
+func (m *Middleware) release(r *http.Request, req *request, ds []sluice.Decision) {
+	var ctx context.Context
+	for i := range ds {
+		if t := ds[i].Ticket; t != 0 {
+			if ctx == nil {
+				ctx = context.WithoutCancel(r.Context())
+			}
+			_ = m.limiter.Release(ctx, req.keys[i], req.rule.quotas[i].Limit, t) // a failed release frees itself after the window
+		}
+	}
+}
+
 // statusRecorder remembers the status a handler wrote.
 type statusRecorder struct {
 	http.ResponseWriter
@@ -298,7 +382,7 @@ type statusRecorder struct {
 }
 
 func (s *statusRecorder) WriteHeader(code int) {
-	if !s.wrote {
+	if !s.wrote && code >= 200 { // an informational 1xx is not the answer
 		s.status, s.wrote = code, true
 	}
 	s.ResponseWriter.WriteHeader(code)

@@ -16,16 +16,22 @@ import (
 // keyOf is the store key of q for r, and false when r has none (the rule
 // does not apply). Keys start with their kind, so that an IP and a header
 // value that look alike never share a state.
-func (m *Middleware) keyOf(r *http.Request, q *compiledQuota, a *arena) (string, bool) {
+func (m *Middleware) keyOf(r *http.Request, q *compiledQuota, req *request) (string, bool) {
 	switch q.Key.Kind {
 	case Global:
 		return q.prefix, true
 	case IP:
-		p, err := m.ip.Client(r)
-		if err != nil {
-			return "", false
+		if req.ipKey == "" { // found once per request: its bytes are never written again
+			p, err := m.ip.Client(r)
+			if err != nil {
+				return "", false
+			}
+			if req.arena == nil {
+				req.arena = new(arena)
+			}
+			req.ipKey = req.arena.ipKey(p)
 		}
-		return a.ipKey(p), true
+		return req.ipKey, true
 	case Header:
 		v := r.Header[q.header]
 		if len(v) == 0 || v[0] == "" {
@@ -159,6 +165,7 @@ var (
 	retryableBody = []byte(`{"error":"rate_limited","retryable":true}`)
 	finalBody     = []byte(`{"error":"rate_limited","retryable":false}`)
 	failedBody    = []byte(`{"error":"rate_limiter_unavailable","retryable":true}`)
+	invalidBody   = []byte(`{"error":"invalid_cost","retryable":false}`)
 	jsonType      = []string{"application/json"}
 	noStore       = []string{"no-store"}
 	oneSecond     = []string{"1"}
@@ -189,4 +196,14 @@ func writeUnavailable(w http.ResponseWriter) {
 	h["Retry-After"] = oneSecond
 	w.WriteHeader(http.StatusServiceUnavailable)
 	_, _ = w.Write(failedBody)
+}
+
+// writeInvalidCost refuses a request whose cost cannot be taken: 400, not
+// retryable.
+func writeInvalidCost(w http.ResponseWriter) {
+	h := w.Header()
+	h["Cache-Control"] = noStore
+	h["Content-Type"] = jsonType
+	w.WriteHeader(http.StatusBadRequest)
+	_, _ = w.Write(invalidBody)
 }

@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -113,6 +114,15 @@ type Key struct {
 	Header string // for Header: the header's name
 }
 
+// Validate checks r as New does — its name, match, quotas, limits, keys
+// and costs — for a Limiter that can be charged and with a Principal
+// function (New also checks those two). A configuration loader calls it to
+// refuse a rule, with its line, before anything starts.
+func (r Rule) Validate() error {
+	_, err := compileRule(r, true, true)
+	return err
+}
+
 // compiledRule is a Rule ready for requests.
 type compiledRule struct {
 	Rule
@@ -207,6 +217,9 @@ func compileQuota(q Quota, chargeable, principal bool) (compiledQuota, error) {
 		if _, err := p.Cost(q.Cost); err != nil {
 			return c, err
 		}
+		if capacity := q.Limit.Capacity(); q.Cost > capacity {
+			return c, fmt.Errorf("cost %v exceeds the limit's capacity %v: every request would be refused", q.Cost, capacity)
+		}
 	}
 	if q.Charge != nil {
 		if !chargeable {
@@ -224,6 +237,9 @@ func compileQuota(q Quota, chargeable, principal bool) (compiledQuota, error) {
 	case Header:
 		if q.Key.Header == "" {
 			return c, errors.New("a header key needs Key.Header, the header's name")
+		}
+		if !validHeaderName(q.Key.Header) {
+			return c, fmt.Errorf("header %q: not a header name (RFC 9110 token characters only)", q.Key.Header)
 		}
 		c.header = http.CanonicalHeaderKey(q.Key.Header)
 		c.prefix = "h:" + c.header + ":"
@@ -254,6 +270,21 @@ func rateAmounts(l sluice.Limit) (int64, time.Duration) {
 	w := max(time.Second, (l.Window+time.Second-1)/time.Second*time.Second)
 	q := l.Quota * float64(w) / float64(l.Window)
 	return max(int64(q), 0), w
+}
+
+// validHeaderName reports whether s is an RFC 9110 token, as a field name
+// must be.
+func validHeaderName(s string) bool {
+	if s == "" || len(s) > maxRuleName {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
 }
 
 func printable(s string) bool {

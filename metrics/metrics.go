@@ -56,7 +56,7 @@ type Metrics struct {
 
 // ruleSeries are one rule's series, looked up once per rule.
 type ruleSeries struct {
-	outcomes [4]prometheus.Counter // by enforce.Outcome
+	outcomes [5]prometheus.Counter // by enforce.Outcome
 	latency  prometheus.Observer
 	errors   prometheus.Counter
 }
@@ -78,7 +78,7 @@ func New(opts Options) (*Metrics, error) {
 		registry: reg,
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Name: "decisions_total",
-			Help: "Requests decided, by rule and outcome (allowed, rejected, shadow_rejected: would have been rejected in shadow mode, failed: the limiter failed and the rule's on_error answered).",
+			Help: "Requests decided, by rule and outcome (allowed, rejected, shadow_rejected: would have been rejected in shadow mode, failed: the limiter failed and the rule's on_error answered, invalid: the request's cost could not be taken).",
 		}, []string{"rule", "outcome"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: ns, Name: "decision_seconds",

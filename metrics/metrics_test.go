@@ -33,12 +33,14 @@ func TestDecisionsByRuleAndOutcome(t *testing.T) {
 		m.Observe(e)
 	}
 	want := `
-# HELP sluice_decisions_total Requests decided, by rule and outcome (allowed, rejected, shadow_rejected: would have been rejected in shadow mode, failed: the limiter failed and the rule's on_error answered).
+# HELP sluice_decisions_total Requests decided, by rule and outcome (allowed, rejected, shadow_rejected: would have been rejected in shadow mode, failed: the limiter failed and the rule's on_error answered, invalid: the request's cost could not be taken).
 # TYPE sluice_decisions_total counter
 sluice_decisions_total{outcome="allowed",rule="per-ip"} 2
 sluice_decisions_total{outcome="allowed",rule="per-key"} 0
 sluice_decisions_total{outcome="failed",rule="per-ip"} 0
 sluice_decisions_total{outcome="failed",rule="per-key"} 1
+sluice_decisions_total{outcome="invalid",rule="per-ip"} 0
+sluice_decisions_total{outcome="invalid",rule="per-key"} 0
 sluice_decisions_total{outcome="rejected",rule="per-ip"} 1
 sluice_decisions_total{outcome="rejected",rule="per-key"} 0
 sluice_decisions_total{outcome="shadow_rejected",rule="per-ip"} 0
