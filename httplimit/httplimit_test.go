@@ -644,7 +644,10 @@ func TestChargeSeesTheFinalStatus(t *testing.T) {
 	var statuses []int
 	tb := sluice.Limit{Name: "tb", Quota: 100, Window: time.Hour}
 	f := newFixture(t, httplimit.Options{Rules: []httplimit.Rule{{Name: "c", Quotas: []httplimit.Quota{{Limit: tb, Key: httplimit.Key{Kind: httplimit.Global},
-		Charge: func(_ *http.Request, status int, _ http.Header) float64 { statuses = append(statuses, status); return 0 }}}}}},
+		Charge: func(_ *http.Request, status int, _ http.Header) float64 {
+			statuses = append(statuses, status)
+			return 0
+		}}}}}},
 		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.WriteHeader(http.StatusEarlyHints)
 			w.WriteHeader(http.StatusCreated)
