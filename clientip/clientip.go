@@ -197,6 +197,18 @@ func (r *Resolver) Client(req *http.Request) (netip.Prefix, error) {
 	return r.prefix(client), nil
 }
 
+// Trusted reports whether req came from a trusted proxy: its peer
+// (RemoteAddr) is in Options.TrustedProxies. What such a peer says about
+// the request — a forwarding header, an identity an authenticating proxy
+// set — can be believed; what any other peer says cannot.
+func (r *Resolver) Trusted(req *http.Request) bool {
+	if req == nil {
+		return false
+	}
+	peer, ok := parseNode(req.RemoteAddr, modeRemote)
+	return ok && r.trusted(peer)
+}
+
 // Key returns Client(req) as text, such as "203.0.113.7/32" or
 // "2001:db8:1:2::/64", for use as a rate limiting key: the text is the
 // same for every address of the prefix. It allocates only the string.

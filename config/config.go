@@ -15,7 +15,7 @@
 //	store:
 //	  kind: memory                  # memory or redis
 //	  memory:
-//	    max_keys: 1000000           # 0: unbounded
+//	    max_keys: 1000000           # states held at most (~56 bytes each); at least 1
 //	  redis:
 //	    addrs: [127.0.0.1:6379]     # several: a Cluster
 //	    prefix: sluice
@@ -58,15 +58,20 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"net/netip"
 	"net/url"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/enforce"
+	"github.com/sluicehq/sluice/httplimit"
 )
 
 // MaxFileSize bounds a configuration file.
@@ -301,8 +306,8 @@ func (f *File) validate() error {
 	}
 	switch f.Store.Kind {
 	case "memory":
-		if *f.Store.Memory.MaxKeys < 0 {
-			return f.errAt([]any{"store", "memory", "max_keys"}, "max_keys %d: must not be negative (0: unbounded)", *f.Store.Memory.MaxKeys)
+		if *f.Store.Memory.MaxKeys < 1 {
+			return f.errAt([]any{"store", "memory", "max_keys"}, "max_keys %d: at least 1 (the store is always bounded)", *f.Store.Memory.MaxKeys)
 		}
 	case "redis":
 		r := f.Store.Redis
@@ -396,8 +401,83 @@ func (f *File) validate() error {
 				return f.errAt(qat("charge_header"), "rule %q: limit %q is a %v: only token_bucket, gcra, fixed_window and sliding_window can be charged after the response", r.Name, q.Limit, l.Algorithm)
 			}
 		}
+		// What the middleware checks besides (path pattern, methods, costs
+		// against the limits, header names, names): refused here, with the
+		// rule's line, rather than when the gateway starts.
+		if err := f.httpRule(r).Validate(); err != nil {
+			return f.errAt(at(), "%v", err)
+		}
 	}
 	return nil
+}
+
+// HTTPRules are the rules as httplimit rules, for a validated File. A
+// principal key is the value of a request header that an authenticating
+// proxy in front sets (the gateway believes it only from trusted proxies);
+// a charge_header charges the number the upstream wrote in that response
+// header.
+func (f *File) HTTPRules() []httplimit.Rule {
+	rules := make([]httplimit.Rule, len(f.Rules))
+	for i, r := range f.Rules {
+		rules[i] = f.httpRule(r)
+	}
+	return rules
+}
+
+func (f *File) httpRule(r Rule) httplimit.Rule {
+	rule := httplimit.Rule{Name: r.Name, Match: httplimit.Match{Methods: r.Match.Methods, Path: r.Match.Path}, Shadow: r.Shadow}
+	if r.Mode == "rejections_count" {
+		rule.Mode = sluice.RejectionsCount
+	}
+	if r.OnError == FailClosed {
+		rule.OnError = enforce.FailClosed
+	}
+	for _, q := range r.Quotas {
+		quota := httplimit.Quota{Limit: f.Limit(q.Limit), Cost: q.Cost}
+		switch q.Key {
+		case "ip":
+			quota.Key.Kind = httplimit.IP
+		case "global":
+			quota.Key.Kind = httplimit.Global
+		default: // header, principal: a header set by the client, or by an authenticating proxy
+			quota.Key = httplimit.Key{Kind: httplimit.Header, Header: q.Header}
+		}
+		if h := q.ChargeHeader; h != "" {
+			quota.Charge = chargeFromHeader(h)
+		}
+		rule.Quotas = append(rule.Quotas, quota)
+	}
+	return rule
+}
+
+// PrincipalHeaders are the headers of principal keys: the gateway drops
+// them from requests that do not come through a trusted proxy.
+func (f *File) PrincipalHeaders() []string {
+	var hs []string
+	for _, r := range f.Rules {
+		for _, q := range r.Quotas {
+			if q.Key == "principal" && !slices.Contains(hs, q.Header) {
+				hs = append(hs, q.Header)
+			}
+		}
+	}
+	return hs
+}
+
+// maxCharge bounds a charge read from a response header.
+const maxCharge = 4e9
+
+// chargeFromHeader charges the number the upstream wrote in a response
+// header (the tokens an answer used); an absent or invalid value charges
+// nothing.
+func chargeFromHeader(name string) func(*http.Request, int, http.Header) float64 {
+	return func(_ *http.Request, _ int, h http.Header) float64 {
+		v, err := strconv.ParseFloat(strings.TrimSpace(h.Get(name)), 64)
+		if err != nil || !(v > 0) || v > maxCharge {
+			return 0
+		}
+		return v
+	}
 }
 
 // Sluice is the limit as a sluice.Limit, validated.

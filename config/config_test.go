@@ -83,6 +83,17 @@ func TestParseRefuses(t *testing.T) {
 		{"bad upstream", "upstream: ftp://x\n", "bad.yaml:1: upstream \"ftp://x\""},
 		{"bad on_failure", "limits:\n  - {name: a, quota: 1, window: 1s, on_failure: maybe}\n", "bad.yaml:2: limit \"a\": on_failure \"maybe\""},
 		{"not yaml", "limits: [\n", "bad.yaml: yaml: line 1: did not find expected node content"},
+		// What the middleware would refuse, refused here with the rule's line.
+		{"relative path", "limits: [{name: a, quota: 10, window: 1s}]\nrules:\n  - name: r\n    match: {path: api/}\n    quotas: [{limit: a, key: ip}]\n", `bad.yaml:3: rule "r": path pattern "api/": must start with /`},
+		{"bad wildcard", "limits: [{name: a, quota: 10, window: 1s}]\nrules:\n  - name: r\n    match: {path: \"/{x}{y}\"}\n    quotas: [{limit: a, key: ip}]\n", `bad.yaml:3: rule "r": path pattern "/{x}{y}"`},
+		{"lower-case method", "limits: [{name: a, quota: 10, window: 1s}]\nrules:\n  - name: r\n    match: {methods: [get]}\n    quotas: [{limit: a, key: ip}]\n", `bad.yaml:3: rule "r": method "get"`},
+		{"cost above capacity", "limits: [{name: a, quota: 10, window: 1s}]\nrules:\n  - name: r\n    quotas: [{limit: a, key: ip, cost: 1000}]\n", `bad.yaml:3: rule "r", quota 0 (a): cost 1000 exceeds the limit's capacity 10`},
+		{"cost not a number", "limits: [{name: a, quota: 10, window: 1s}]\nrules:\n  - name: r\n    quotas: [{limit: a, key: ip, cost: .nan}]\n", `bad.yaml:3: rule "r", quota 0 (a): cost NaN`},
+		{"cost below resolution", "limits: [{name: a, quota: 10, window: 1s}]\nrules:\n  - name: r\n    quotas: [{limit: a, key: ip, cost: 0.0000001}]\n", `bad.yaml:3: rule "r", quota 0 (a)`},
+		{"limit twice in a rule", "limits: [{name: a, quota: 10, window: 1s}]\nrules:\n  - name: r\n    quotas: [{limit: a, key: ip}, {limit: a, key: global}]\n", `bad.yaml:3: rule "r": limit "a" is used twice`},
+		{"header not a token", "limits: [{name: a, quota: 10, window: 1s}]\nrules:\n  - name: r\n    quotas: [{limit: a, key: header, header: X Api Key}]\n", `bad.yaml:3: rule "r", quota 0 (a): header "X Api Key": not a header name`},
+		{"long rule name", "limits: [{name: a, quota: 10, window: 1s}]\nrules:\n  - name: rrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrr\n    quotas: [{limit: a, key: ip}]\n", `bad.yaml:3: rule "rrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrr": the name must be 1 to 64 bytes`},
+		{"max_keys 0", "store: {memory: {max_keys: 0}}\n", "bad.yaml:1: max_keys 0: at least 1"},
 	} {
 		_, err := config.Parse("bad.yaml", []byte(c.yaml))
 		if err == nil || !strings.Contains(err.Error(), c.want) {

@@ -102,16 +102,16 @@ func New(opts Options) (*Gateway, error) {
 	if err != nil {
 		return nil, err
 	}
-	mw, err := middleware(cfg, limiter, g.metrics)
+	mw, ip, err := middleware(cfg, limiter, g.metrics)
 	if err != nil {
 		return nil, err
 	}
 	proxy := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
-			// Keep the chain the client came through (trust is the
-			// upstream's call) and add this hop.
-			if xff := pr.In.Header["X-Forwarded-For"]; len(xff) > 0 {
+			// Keep the chain a trusted proxy forwarded (anyone else's is
+			// what the client chose to write) and add this hop.
+			if xff := pr.In.Header["X-Forwarded-For"]; len(xff) > 0 && ip.Trusted(pr.In) {
 				pr.Out.Header["X-Forwarded-For"] = xff
 			}
 			pr.SetXForwarded()
@@ -125,7 +125,7 @@ func New(opts Options) (*Gateway, error) {
 		},
 	}
 	g.public = &http.Server{
-		Handler:           mw.Handler(proxy),
+		Handler:           dropUntrusted(ip, cfg.PrincipalHeaders(), mw.Handler(proxy)),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
@@ -175,7 +175,11 @@ func (g *Gateway) Run(ctx context.Context) error {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.shutdown)
 	defer cancel()
 	err = errors.Join(err, g.public.Shutdown(sctx), g.admin.Shutdown(sctx))
-	for range 2 - len(errs) {
+	pending := 2
+	if err != nil {
+		pending-- // that server's error was received above
+	}
+	for range pending {
 		if e := <-errs; !errors.Is(e, http.ErrServerClosed) {
 			err = errors.Join(err, e)
 		}
@@ -240,10 +244,31 @@ func (g *Gateway) openStore(cfg *config.File) (sluice.Limiter, error) {
 }
 
 // middleware builds the httplimit middleware of cfg.
-func middleware(cfg *config.File, limiter sluice.Limiter, obs enforce.Observer) (*httplimit.Middleware, error) {
+// dropUntrusted removes the principal headers of requests that do not come
+// through a trusted proxy: only an authenticating proxy in front may say
+// who a request is (a client that wrote the header itself would choose its
+// own key, and the upstream would believe it).
+func dropUntrusted(ip *clientip.Resolver, headers []string, next http.Handler) http.Handler {
+	if len(headers) == 0 {
+		return next
+	}
+	for i, h := range headers {
+		headers[i] = http.CanonicalHeaderKey(h)
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !ip.Trusted(r) {
+			for _, h := range headers {
+				delete(r.Header, h)
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func middleware(cfg *config.File, limiter sluice.Limiter, obs enforce.Observer) (*httplimit.Middleware, *clientip.Resolver, error) {
 	trusted, err := clientip.ParseTrusted(cfg.ClientIP.TrustedProxies)
 	if err != nil {
-		return nil, fmt.Errorf("gateway: %w", err)
+		return nil, nil, fmt.Errorf("gateway: %w", err)
 	}
 	header := clientip.ForwardedFor
 	if cfg.ClientIP.Header == "forwarded" {
@@ -251,55 +276,18 @@ func middleware(cfg *config.File, limiter sluice.Limiter, obs enforce.Observer) 
 	}
 	ip, err := clientip.New(clientip.Options{TrustedProxies: trusted, Header: header, IPv4Prefix: cfg.ClientIP.IPv4Prefix, IPv6Prefix: cfg.ClientIP.IPv6Prefix})
 	if err != nil {
-		return nil, fmt.Errorf("gateway: client_ip: %w", err)
+		return nil, nil, fmt.Errorf("gateway: client_ip: %w", err)
 	}
 	opts := httplimit.Options{Limiter: limiter, ClientIP: ip, Legacy: cfg.Headers.Legacy, Observer: obs}
 	if cfg.Headers.Version == "draft-06" {
 		opts.Version = ratelimitheader.Draft06
 	}
-	for _, r := range cfg.Rules {
-		rule := httplimit.Rule{Name: r.Name, Match: httplimit.Match{Methods: r.Match.Methods, Path: r.Match.Path}, Shadow: r.Shadow}
-		if r.Mode == "rejections_count" {
-			rule.Mode = sluice.RejectionsCount
-		}
-		if r.OnError == "fail_closed" {
-			rule.OnError = enforce.FailClosed
-		}
-		for _, q := range r.Quotas {
-			quota := httplimit.Quota{Limit: cfg.Limit(q.Limit), Cost: q.Cost}
-			switch q.Key {
-			case "ip":
-				quota.Key.Kind = httplimit.IP
-			case "global":
-				quota.Key.Kind = httplimit.Global
-			default: // header, principal: a header set by the client or by an authenticating proxy
-				quota.Key = httplimit.Key{Kind: httplimit.Header, Header: q.Header}
-			}
-			if h := q.ChargeHeader; h != "" {
-				quota.Charge = chargeFromHeader(h)
-			}
-			rule.Quotas = append(rule.Quotas, quota)
-		}
-		opts.Rules = append(opts.Rules, rule)
-	}
+	opts.Rules = cfg.HTTPRules()
 	mw, err := httplimit.New(opts)
 	if err != nil {
-		return nil, fmt.Errorf("gateway: %w", err)
+		return nil, nil, fmt.Errorf("gateway: %w", err)
 	}
-	return mw, nil
-}
-
-// chargeFromHeader charges the number the upstream wrote in a response
-// header (the tokens an answer used); an absent or invalid value charges
-// nothing.
-func chargeFromHeader(name string) func(*http.Request, int, http.Header) float64 {
-	return func(_ *http.Request, _ int, h http.Header) float64 {
-		v, err := strconv.ParseFloat(strings.TrimSpace(h.Get(name)), 64)
-		if err != nil || !(v > 0) || v > 4e9 {
-			return 0
-		}
-		return v
-	}
+	return mw, ip, nil
 }
 
 // upstreamTransport is http.DefaultTransport's, with enough idle
@@ -343,8 +331,8 @@ func (g *Gateway) adminHandler(token string) http.Handler {
 				http.Error(w, "admin endpoints are off: configure admin.token_file", http.StatusForbidden)
 				return
 			}
-			got, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-			if subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
+			got, bearer := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			if !bearer || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="sluice admin"`)
 				http.Error(w, "unauthorized", http.StatusUnauthorized)
 				return

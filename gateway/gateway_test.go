@@ -8,7 +8,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,6 +26,10 @@ import (
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// pseudonym is how a tenant is shown: its key's kind and 16 hex digits of
+// a keyed hash, never the key.
+var pseudonym = regexp.MustCompile(`^ip:[0-9a-f]{16}$`)
 
 // upstream is a real HTTP server that records what reaches it.
 type upstream struct {
@@ -149,6 +155,9 @@ func TestGateway(t *testing.T) {
 	if r, _ := get(t, admin+"/admin/tenants", "Authorization", "Bearer wrong-token-of-some-length"); r.StatusCode != 401 {
 		t.Fatalf("tenants with a wrong token: %d", r.StatusCode)
 	}
+	if r, _ := get(t, admin+"/admin/tenants", "Authorization", "an-admin-token-of-some-length"); r.StatusCode != 401 {
+		t.Fatalf("tenants with the token but not as a Bearer credential: %d", r.StatusCode)
+	}
 	r, b = get(t, admin+"/admin/tenants?n=5", "Authorization", "Bearer an-admin-token-of-some-length")
 	var tenants struct {
 		Total        float64                   `json:"total"`
@@ -158,7 +167,7 @@ func TestGateway(t *testing.T) {
 	if err := json.Unmarshal([]byte(b), &tenants); err != nil || r.StatusCode != 200 {
 		t.Fatalf("tenants: %d %q %v", r.StatusCode, b, err)
 	}
-	if tenants.Total != 3 || len(tenants.ByRequests) != 1 || len(tenants.ByRejections) != 1 || !strings.HasPrefix(tenants.ByRequests[0].Tenant, "ip:") || strings.Contains(b, "127.0.0.1") {
+	if tenants.Total != 3 || len(tenants.ByRequests) != 1 || len(tenants.ByRejections) != 1 || !pseudonym.MatchString(tenants.ByRequests[0].Tenant) || strings.Contains(b, "127.0.0.1") {
 		t.Fatalf("tenants: %s", b)
 	}
 	if err := stop(); err != nil {
@@ -315,6 +324,58 @@ func TestNewRefuses(t *testing.T) {
 	} {
 		if _, err := gateway.New(c.opts); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: %v, want %q", c.opts, err, c.want)
+		}
+	}
+}
+
+// Only a trusted proxy's word is believed: from any other peer, the
+// X-Forwarded-For chain is not passed on and a principal header is
+// dropped (the request is limited by IP instead); from a trusted proxy,
+// both go through.
+func TestUntrustedPeersCannotSpeakForOthers(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var seen []http.Header
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.Header.Clone())
+		mu.Unlock()
+	})
+	const conf = `
+listen: 127.0.0.1:0
+admin: {listen: 127.0.0.1:0}
+client_ip: {trusted_proxies: [%s]}
+limits:
+  - {name: per-user, quota: 100, window: 1m}
+  - {name: per-ip, quota: 1, window: 1m}
+rules:
+  - name: users
+    quotas: [{limit: per-user, key: principal, header: X-User}]
+  - name: anonymous
+    quotas: [{limit: per-ip, key: ip}]
+`
+	for _, c := range []struct {
+		trusted string
+		codes   []int
+		xff     string
+		user    string
+	}{
+		{"192.0.2.0/24", []int{200, 429}, "127.0.0.1", ""},                       // untrusted: per IP, header dropped, chain not passed on
+		{"127.0.0.0/8", []int{200, 200}, "203.0.113.9, 127.0.0.1", "mallory"}, // trusted: per user
+	} {
+		seen = nil
+		g, _ := start(t, fmt.Sprintf(conf, c.trusted), up.URL)
+		var codes []int
+		for range 2 {
+			r, _ := get(t, "http://"+g.Addr()+"/", "X-User", "mallory", "X-Forwarded-For", "203.0.113.9")
+			codes = append(codes, r.StatusCode)
+		}
+		mu.Lock()
+		h := seen[0]
+		mu.Unlock()
+		if !slices.Equal(codes, c.codes) || h.Get("X-Forwarded-For") != c.xff || h.Get("X-User") != c.user {
+			t.Errorf("trusting %s: codes %v, upstream saw X-Forwarded-For %q and X-User %q; want %v, %q, %q",
+				c.trusted, codes, h.Get("X-Forwarded-For"), h.Get("X-User"), c.codes, c.xff, c.user)
 		}
 	}
 }
