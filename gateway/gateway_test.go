@@ -8,9 +8,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"slices"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -360,7 +360,7 @@ rules:
 		xff     string
 		user    string
 	}{
-		{"192.0.2.0/24", []int{200, 429}, "127.0.0.1", ""},                       // untrusted: per IP, header dropped, chain not passed on
+		{"192.0.2.0/24", []int{200, 429}, "127.0.0.1", ""},                    // untrusted: per IP, header dropped, chain not passed on
 		{"127.0.0.0/8", []int{200, 200}, "203.0.113.9, 127.0.0.1", "mallory"}, // trusted: per user
 	} {
 		seen = nil
