@@ -51,7 +51,7 @@ func TestGatewayRefusesBadConfig(t *testing.T) {
 // The example the README runs stays valid.
 func TestExampleConfig(t *testing.T) {
 	t.Parallel()
-	if code, out, errOut := run("check", "../../examples/gateway.yaml"); code != 0 || !strings.Contains(out, "ok (4 limits, 2 rules, memory store)") {
+	if code, out, errOut := run("check", "../../examples/gateway.yaml"); code != 0 || !strings.Contains(out, "ok (5 limits, 2 rules, memory store)") {
 		t.Fatalf("%d %q %q", code, out, errOut)
 	}
 	if code, _, _ := run("check", "a.yaml", "b.yaml"); code != 2 {
