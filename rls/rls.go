@@ -1,0 +1,378 @@
+// Package rls is Envoy's rate limit service (envoy.service.ratelimit.v3,
+// ShouldRateLimit) over any sluice.Limiter: a drop-in for
+// envoyproxy/ratelimit that reads the same configuration (package
+// rls/envoyconfig) and answers with the same fields — per-descriptor
+// statuses, overall_code, current_limit, limit_remaining,
+// duration_until_reset — plus the IETF RateLimit fields as headers for
+// Envoy to add to the response.
+//
+// Semantics, as envoyproxy/ratelimit's:
+//   - each descriptor is matched against the domain's descriptors (nested,
+//     value-less keys matching any value, wildcards); no match: OK, nothing
+//     counted; an unlimited match: OK, limit_remaining 2^32−1;
+//   - a matched limit named in another matched limit's replaces is not
+//     applied;
+//   - each descriptor spends hits_addend (the descriptor's own, else the
+//     request's, else 1) on its own counter, keyed by the domain and the
+//     descriptor's entries (so a value-less key counts each value apart);
+//     descriptors are independent: one over its limit does not stop the
+//     others from spending;
+//   - a descriptor in shadow_mode is reported OK even when over its limit
+//     (and counted as a shadow rejection);
+//   - overall_code is OVER_LIMIT when any descriptor is;
+//   - a limiter that fails returns an UNAVAILABLE error (Envoy's
+//     failure_mode_deny decides), after the store's own failure policy.
+//
+// Where sluice differs: a descriptor over its limit does not add its hits
+// to the counter (a rejection never spends), so a client that stops asking
+// gets its quota back at the window's end and not later; and the window is
+// the limit's algorithm (a fixed window aligned to the unit for an envoy
+// file; sluice's own files may choose another).
+package rls
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"math"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	commonrl "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlpb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/enforce"
+	"github.com/sluicehq/sluice/ratelimitheader"
+)
+
+// Rule is the limit a descriptor matched, as a Matcher reports it.
+type Rule struct {
+	// Name is the rule's rate_limit name (what replaces refers to, and
+	// current_limit.name reports); may be empty.
+	Name string
+	// RequestsPerUnit and Unit are what current_limit reports.
+	RequestsPerUnit uint32
+	Unit            rlpb.RateLimitResponse_RateLimit_Unit
+	// Unlimited: the descriptor is never limited.
+	Unlimited bool
+	// ShadowMode: over the limit is reported OK (and counted).
+	ShadowMode bool
+	// Replaces names the rules this one replaces in a request that
+	// matches both.
+	Replaces []string
+	// Limit is what is enforced (unless Unlimited).
+	Limit sluice.Limit
+	// KeyEntries, when set, are what the counter is keyed by instead of
+	// the request's entries (values a share_threshold wildcard groups).
+	KeyEntries []Entry
+}
+
+// Entry is one key and value of a descriptor.
+type Entry struct{ Key, Value string }
+
+// Matcher finds the rule of a descriptor: a loaded configuration.
+type Matcher interface {
+	// Match returns the rule for a descriptor of domain, and false when
+	// none applies (an unknown domain included).
+	Match(domain string, entries []Entry) (*Rule, bool)
+	// Override returns the rule for a descriptor that carries its own
+	// limit (Envoy's per-route limit override), and false when domain is
+	// unknown.
+	Override(domain string, entries []Entry, requestsPerUnit uint32, unit rlpb.RateLimitResponse_RateLimit_Unit) (*Rule, bool)
+}
+
+// Bounds on a request, so that a client cannot make a decision arbitrarily
+// expensive; a request beyond them is INVALID_ARGUMENT.
+const (
+	DefaultMaxDescriptors = 64
+	MaxEntries            = 32   // entries per descriptor
+	MaxEntryBytes         = 1024 // a key or a value
+	maxDomain             = 256
+)
+
+// Options configures a Service.
+type Options struct {
+	// Limiter decides. Required.
+	Limiter sluice.Limiter
+	// Config is the configuration in force, read at each call (swap it to
+	// reload). Required.
+	Config *atomic.Pointer[Matcher]
+	// Observer hears each descriptor's decision (rule: the limit's full
+	// key). Optional.
+	Observer enforce.Observer
+	// Headers adds RateLimit-Policy and RateLimit (draft-11) to the
+	// response headers Envoy sends the client, about the limited
+	// descriptors.
+	Headers bool
+	// MaxDescriptors per request. Default DefaultMaxDescriptors.
+	MaxDescriptors int
+}
+
+// Service answers ShouldRateLimit. It is safe for concurrent use.
+type Service struct {
+	rlpb.UnimplementedRateLimitServiceServer
+	limiter sluice.Limiter
+	config  *atomic.Pointer[Matcher]
+	obs     enforce.Observer
+	headers bool
+	maxDesc int
+}
+
+// New returns a Service.
+func New(opts Options) (*Service, error) {
+	if opts.Limiter == nil {
+		return nil, errors.New("rls: Options.Limiter is required")
+	}
+	if opts.Config == nil {
+		return nil, errors.New("rls: Options.Config is required")
+	}
+	s := &Service{limiter: opts.Limiter, config: opts.Config, obs: opts.Observer, headers: opts.Headers, maxDesc: opts.MaxDescriptors}
+	if s.maxDesc <= 0 {
+		s.maxDesc = DefaultMaxDescriptors
+	}
+	return s, nil
+}
+
+// Register registers the service on a gRPC server.
+func (s *Service) Register(srv *grpc.Server) { rlpb.RegisterRateLimitServiceServer(srv, s) }
+
+// check is one descriptor on its way to a decision.
+type check struct {
+	rule  *Rule // nil: no limit applies
+	limit sluice.Limit
+	key   string
+	cost  float64
+	slot  int // its request in the limiter call (descriptors with the same limit and key share one)
+}
+
+// ShouldRateLimit decides every descriptor of req; see the package
+// documentation.
+func (s *Service) ShouldRateLimit(ctx context.Context, req *rlpb.RateLimitRequest) (*rlpb.RateLimitResponse, error) {
+	if err := s.validate(req); err != nil {
+		return nil, err
+	}
+	loaded := s.config.Load()
+	if loaded == nil || *loaded == nil {
+		return nil, status.Error(codes.Unavailable, "rls: no configuration loaded")
+	}
+	cfg := *loaded
+	n := len(req.Descriptors)
+	checks := make([]check, n)
+	unlimited := make([]bool, n)
+	var replaced map[string]bool
+	for i, d := range req.Descriptors {
+		es := entries(d)
+		var rule *Rule
+		var ok bool
+		if o := d.GetLimit(); o != nil {
+			rule, ok = cfg.Override(req.Domain, es, o.GetRequestsPerUnit(), rlpb.RateLimitResponse_RateLimit_Unit(o.GetUnit()))
+		} else {
+			rule, ok = cfg.Match(req.Domain, es)
+		}
+		if !ok {
+			continue
+		}
+		for _, r := range rule.Replaces {
+			if replaced == nil {
+				replaced = map[string]bool{}
+			}
+			replaced[r] = true
+		}
+		if rule.Unlimited {
+			unlimited[i] = true
+			continue
+		}
+		hits := uint64(req.HitsAddend)
+		if h := d.GetHitsAddend(); h != nil {
+			hits = h.GetValue()
+		}
+		if hits == 0 {
+			hits = 1
+		}
+		keyed := es
+		if rule.KeyEntries != nil {
+			keyed = rule.KeyEntries
+		}
+		checks[i] = check{rule: rule, limit: rule.Limit, key: storeKey(req.Domain, keyed), cost: float64(hits)}
+	}
+	for i := range checks {
+		if r := checks[i].rule; r != nil && r.Name != "" && replaced[r.Name] {
+			checks[i].rule = nil
+		}
+	}
+	decisions, err := s.decide(ctx, checks)
+	if err != nil {
+		return nil, err
+	}
+	resp := &rlpb.RateLimitResponse{OverallCode: rlpb.RateLimitResponse_OK, Statuses: make([]*rlpb.RateLimitResponse_DescriptorStatus, n)}
+	var policies []ratelimitheader.Policy
+	var limits []ratelimitheader.Limit
+	for i := range checks {
+		c := &checks[i]
+		st := &rlpb.RateLimitResponse_DescriptorStatus{Code: rlpb.RateLimitResponse_OK}
+		resp.Statuses[i] = st
+		if unlimited[i] {
+			st.LimitRemaining = math.MaxUint32
+			continue
+		}
+		if c.rule == nil {
+			continue
+		}
+		d := decisions[c.slot]
+		st.CurrentLimit = &rlpb.RateLimitResponse_RateLimit{Name: c.rule.Name, RequestsPerUnit: c.rule.RequestsPerUnit, Unit: c.rule.Unit}
+		st.LimitRemaining = uint32(min(math.Floor(max(d.Remaining, 0)), math.MaxUint32))
+		reset := d.ResetAfter
+		if !d.Allowed && d.RetryAfter != sluice.Never {
+			reset = d.RetryAfter
+		}
+		st.DurationUntilReset = durationpb.New(reset)
+		outcome := enforce.Allowed
+		if !d.Allowed {
+			outcome = enforce.Rejected
+			if c.rule.ShadowMode {
+				outcome = enforce.ShadowRejected
+			} else {
+				st.Code = rlpb.RateLimitResponse_OVER_LIMIT
+				resp.OverallCode = rlpb.RateLimitResponse_OVER_LIMIT
+			}
+		}
+		if s.obs != nil {
+			s.obs.Observe(enforce.Event{Rule: c.limit.Name, Outcome: outcome, Tenant: tenant(c.key), Cost: c.cost})
+		}
+		if s.headers {
+			policies = append(policies, ratelimitheader.Policy{Name: c.limit.Name, Quota: int64(c.limit.Quota), Window: c.limit.Window})
+			t := reset.Round(time.Second)
+			if t < reset {
+				t += time.Second
+			}
+			if !d.Allowed && d.RetryAfter == sluice.Never {
+				t = ratelimitheader.NoReset
+			}
+			limits = append(limits, ratelimitheader.Limit{Name: c.limit.Name, Remaining: int64(st.LimitRemaining), Reset: t})
+		}
+	}
+	if len(limits) > 0 {
+		p, err1 := ratelimitheader.FormatPolicies(policies)
+		l, err2 := ratelimitheader.FormatLimits(limits)
+		if err1 == nil && err2 == nil { // a name the fields cannot carry: no fields rather than wrong ones
+			resp.ResponseHeadersToAdd = []*core.HeaderValue{{Key: "RateLimit-Policy", Value: p}, {Key: "RateLimit", Value: l}}
+		}
+	}
+	return resp, nil
+}
+
+// decide asks the limiter about every limited check in one call: Allow for
+// one, AllowAll in rejections-count mode for several (descriptors are
+// independent). Checks of the same limit and key share a request, their
+// costs added. It returns the decisions by slot.
+func (s *Service) decide(ctx context.Context, checks []check) ([]sluice.Decision, error) {
+	var reqs []sluice.Request
+	for i := range checks {
+		c := &checks[i]
+		if c.rule == nil {
+			continue
+		}
+		c.slot = -1
+		for j, r := range reqs {
+			if r.Key == c.key && r.Limit == c.limit {
+				c.slot = j
+				reqs[j].Cost += c.cost
+				break
+			}
+		}
+		if c.slot < 0 {
+			c.slot = len(reqs)
+			reqs = append(reqs, sluice.Request{Key: c.key, Limit: c.limit, Cost: c.cost})
+		}
+	}
+	ds := make([]sluice.Decision, len(reqs))
+	var err error
+	switch len(reqs) {
+	case 0:
+		return ds, nil
+	case 1:
+		ds[0], err = s.limiter.Allow(ctx, reqs[0].Key, reqs[0].Limit, reqs[0].Cost)
+	default:
+		_, err = s.limiter.AllowAll(ctx, reqs, sluice.RejectionsCount, ds)
+	}
+	switch {
+	case err == nil, errors.Is(err, sluice.ErrCostExceedsLimit):
+		return ds, nil
+	case errors.Is(err, sluice.ErrInvalidCost):
+		return nil, status.Errorf(codes.InvalidArgument, "rls: %v", err)
+	case ctx.Err() != nil:
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+	return nil, status.Errorf(codes.Unavailable, "rls: the limiter failed: %v", err)
+}
+
+func (s *Service) validate(req *rlpb.RateLimitRequest) error {
+	switch {
+	case req.GetDomain() == "":
+		return status.Error(codes.InvalidArgument, "rls: the domain must not be empty")
+	case len(req.Domain) > maxDomain:
+		return status.Errorf(codes.InvalidArgument, "rls: a domain of %d bytes: at most %d", len(req.Domain), maxDomain)
+	case len(req.Descriptors) == 0:
+		return status.Error(codes.InvalidArgument, "rls: the descriptor list must not be empty")
+	case len(req.Descriptors) > s.maxDesc:
+		return status.Errorf(codes.InvalidArgument, "rls: %d descriptors: at most %d per request", len(req.Descriptors), s.maxDesc)
+	}
+	for i, d := range req.Descriptors {
+		es := d.GetEntries()
+		if len(es) == 0 || len(es) > MaxEntries {
+			return status.Errorf(codes.InvalidArgument, "rls: descriptor %d has %d entries: 1 to %d", i, len(es), MaxEntries)
+		}
+		for _, e := range es {
+			if e.GetKey() == "" || len(e.GetKey()) > MaxEntryBytes || len(e.GetValue()) > MaxEntryBytes {
+				return status.Errorf(codes.InvalidArgument, "rls: descriptor %d: an entry key must be 1 to %d bytes, a value at most %d", i, MaxEntryBytes, MaxEntryBytes)
+			}
+		}
+		if d.GetIsNegativeHits() {
+			return status.Errorf(codes.InvalidArgument, "rls: descriptor %d: is_negative_hits is not supported (sluice gives capacity back with Release, for concurrency limits)", i)
+		}
+	}
+	return nil
+}
+
+func entries(d *commonrl.RateLimitDescriptor) []Entry {
+	es := d.GetEntries()
+	out := make([]Entry, len(es))
+	for i, e := range es {
+		out[i] = Entry{Key: e.GetKey(), Value: e.GetValue()}
+	}
+	return out
+}
+
+// storeKey is a descriptor's counter: its domain and every entry, as
+// envoyproxy/ratelimit keys its cache (a value-less configured key counts
+// each value apart); bounded, so a long descriptor is hashed.
+func storeKey(domain string, es []Entry) string {
+	var b strings.Builder
+	b.WriteString(domain)
+	for _, e := range es { // length-prefixed: no two descriptors share a key
+		for _, part := range [2]string{e.Key, e.Value} {
+			b.WriteByte('|')
+			b.WriteString(strconv.Itoa(len(part)))
+			b.WriteByte(':')
+			b.WriteString(part)
+		}
+	}
+	return enforce.BoundedKey("rls:", b.String())
+}
+
+// seed keys the tenants' pseudonyms, per process.
+var seed = maphash.MakeSeed()
+
+// tenant is a pseudonym of a counter for the heaviest-tenants view.
+func tenant(key string) string {
+	return fmt.Sprintf("rls:%016x", maphash.String(seed, key))
+}
