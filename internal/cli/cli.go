@@ -28,6 +28,7 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"try", "play a limit against a stream of requests on a simulated clock", runTry},
+		{"serve", "run the decision service (Envoy RLS over gRPC, JSON over HTTP)", runServe},
 		{"gateway", "run the rate-limiting reverse proxy in front of an upstream", runGateway},
 		{"check", "validate a configuration file", runCheck},
 		{"version", "print the version", runVersion},

@@ -6,9 +6,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+
+	"go.yaml.in/yaml/v3"
 
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/gateway"
+	"github.com/sluicehq/sluice/server"
 )
 
 func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -61,11 +65,46 @@ func runCheck(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "Usage: sluice check FILE (or --config FILE)")
 		return exitUsage
 	}
+	if isEnvoyConfig(*path) {
+		files, err := server.ConfigFiles(*path)
+		if err == nil {
+			_, _, err = server.EnvoyLoader(*path)()
+		}
+		if err != nil {
+			fmt.Fprintln(stderr, "sluice check:", err)
+			return exitError
+		}
+		fmt.Fprintf(stdout, "%s: ok (envoyproxy/ratelimit format, %d file(s), for sluice serve)\n", *path, len(files))
+		return exitOK
+	}
 	cfg, err := config.Load(*path)
 	if err != nil {
 		fmt.Fprintln(stderr, "sluice check:", err)
 		return exitError
 	}
-	fmt.Fprintf(stdout, "%s: ok (%d limits, %d rules, %s store)\n", *path, len(cfg.Limits), len(cfg.Rules), cfg.Store.Kind)
+	fmt.Fprintf(stdout, "%s: ok (%d limits, %d rules, %s store, for sluice gateway)\n", *path, len(cfg.Limits), len(cfg.Rules), cfg.Store.Kind)
 	return exitOK
+}
+
+// isEnvoyConfig tells the decision service's files (envoyproxy/ratelimit's
+// format: a directory of them, or a file with a top-level domain) from the
+// gateway's.
+func isEnvoyConfig(path string) bool {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return false
+	}
+	if fi.IsDir() {
+		return true
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return false
+	}
+	var top map[string]any
+	if yaml.Unmarshal(b, &top) != nil {
+		return false
+	}
+	_, ok := top["domain"]
+	return ok
 }

@@ -19,7 +19,7 @@ func writeFile(t *testing.T, name, content string) string {
 func TestCheck(t *testing.T) {
 	t.Parallel()
 	good := writeFile(t, "good.yaml", "limits: [{name: a, quota: 1, window: 1s}]\nrules: [{name: r, quotas: [{limit: a, key: ip}]}]\n")
-	if code, out, _ := run("check", "-config", good); code != 0 || !strings.Contains(out, "ok (1 limits, 1 rules, memory store)") {
+	if code, out, _ := run("check", "-config", good); code != 0 || !strings.Contains(out, "ok (1 limits, 1 rules, memory store, for sluice gateway)") {
 		t.Fatalf("good: %d %q", code, out)
 	}
 	bad := writeFile(t, "bad.yaml", "limits: [{name: a, quota: 1, window: 1s}]\nrules: [{name: r, quotas: [{limit: a, key: ip}]}]\nlisten_on: x\n")
@@ -51,7 +51,7 @@ func TestGatewayRefusesBadConfig(t *testing.T) {
 // The example the README runs stays valid.
 func TestExampleConfig(t *testing.T) {
 	t.Parallel()
-	if code, out, errOut := run("check", "../../examples/gateway.yaml"); code != 0 || !strings.Contains(out, "ok (5 limits, 2 rules, memory store)") {
+	if code, out, errOut := run("check", "../../examples/gateway.yaml"); code != 0 || !strings.Contains(out, "ok (5 limits, 2 rules, memory store, for sluice gateway)") {
 		t.Fatalf("%d %q %q", code, out, errOut)
 	}
 	if code, _, _ := run("check", "a.yaml", "b.yaml"); code != 2 {

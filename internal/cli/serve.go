@@ -1,0 +1,84 @@
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/sluicehq/sluice/redisstore"
+	"github.com/sluicehq/sluice/server"
+)
+
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("config", "", "the rate limit configuration: an envoyproxy/ratelimit YAML file, or a directory of them (required)")
+	httpAddr := fs.String("http-addr", server.DefaultHTTPAddr, "the HTTP listener: POST /json, /healthz, /readyz, /metrics")
+	grpcAddr := fs.String("grpc-addr", server.DefaultGRPCAddr, "the gRPC listener: envoy.service.ratelimit.v3.RateLimitService, grpc.health.v1")
+	adminAddr := fs.String("admin-addr", server.DefaultAdminAddr, "the admin listener (every route needs the token)")
+	redis := fs.String("redis", "", "a Redis address (several, comma-separated: a Cluster); the memory store when empty")
+	failure := fs.String("on-redis-failure", "fail_open", "what a decision is when Redis cannot answer: fail_open, fail_closed or fail_local")
+	tokenFile := fs.String("admin-token-file", "", "a file holding the admin token (without it, the admin API answers 401 to everything)")
+	maxDesc := fs.Int("max-descriptors", 0, "descriptors per request at most (default 64)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: sluice serve --config FILE|DIR [flags]\n\nThe decision service: Envoy's rate limit service (RLS v3) over gRPC, a drop-in for\nenvoyproxy/ratelimit that reads its configuration files unchanged, and the same decisions\nas JSON over HTTP. Reloads on SIGHUP and when the files change; logs JSON to stderr;\ndrains and stops on SIGINT or SIGTERM.\n\nFlags:")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	if *path == "" || fs.NArg() > 0 {
+		fs.Usage()
+		return exitUsage
+	}
+	policy, ok := map[string]redisstore.Policy{"fail_open": redisstore.FailOpen, "fail_closed": redisstore.FailClosed, "fail_local": redisstore.FailLocal}[*failure]
+	if !ok {
+		fmt.Fprintf(stderr, "sluice serve: --on-redis-failure %q: fail_open, fail_closed or fail_local\n", *failure)
+		return exitUsage
+	}
+	var token string
+	if *tokenFile != "" {
+		var err error
+		if token, err = server.ReadToken(*tokenFile); err != nil {
+			fmt.Fprintln(stderr, "sluice serve:", err)
+			return exitError
+		}
+	}
+	log := slog.New(slog.NewJSONHandler(stderr, nil))
+	s, err := server.New(server.Options{
+		Load: server.EnvoyLoader(*path), Watch: []string{*path},
+		HTTPAddr: *httpAddr, GRPCAddr: *grpcAddr, AdminAddr: *adminAddr,
+		Redis: *redis, RedisPolicy: policy, AdminToken: token, MaxDescriptors: *maxDesc, Logger: log,
+	})
+	if err != nil {
+		fmt.Fprintln(stderr, "sluice serve:", err)
+		return exitError
+	}
+	hup := make(chan struct{}, 1)
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGHUP)
+	defer signal.Stop(sig)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-sig:
+				select {
+				case hup <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}()
+	if err := s.Run(ctx, hup); err != nil {
+		log.Error("serve failed", "err", err)
+		return exitError
+	}
+	return exitOK
+}

@@ -1,0 +1,71 @@
+package server
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/sluicehq/sluice/rls"
+	"github.com/sluicehq/sluice/rls/envoyconfig"
+)
+
+// EnvoyLoader loads an envoyproxy/ratelimit configuration from a file or a
+// directory of *.yaml / *.yml files; its version is the SHA-256 of the
+// files' names and contents, so a reload to the same files changes
+// nothing.
+func EnvoyLoader(path string) Loader {
+	return func() (rls.Matcher, string, error) {
+		files, err := ConfigFiles(path)
+		if err != nil {
+			return nil, "", err
+		}
+		c, err := envoyconfig.LoadFiles(files...)
+		if err != nil {
+			return nil, "", err
+		}
+		h := sha256.New()
+		for _, f := range files {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				return nil, "", err
+			}
+			fmt.Fprintf(h, "%s\x00%d\x00", filepath.Base(f), len(b))
+			h.Write(b)
+		}
+		return rls.FromEnvoyConfig(c), hex.EncodeToString(h.Sum(nil))[:12], nil
+	}
+}
+
+// ConfigFiles is path itself, or the YAML files of the directory path
+// (not its hidden entries: a ConfigMap's ..data and timestamped
+// directories are reached through the visible symlinks).
+func ConfigFiles(path string) ([]string, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if !fi.IsDir() {
+		return []string{path}, nil
+	}
+	entries, err := os.ReadDir(path)
+	if err != nil {
+		return nil, err
+	}
+	var files []string
+	for _, e := range entries {
+		n := e.Name()
+		if strings.HasPrefix(n, ".") || !(strings.HasSuffix(n, ".yaml") || strings.HasSuffix(n, ".yml")) {
+			continue
+		}
+		files = append(files, filepath.Join(path, n))
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("%s: no *.yaml or *.yml file", path)
+	}
+	slices.Sort(files)
+	return files, nil
+}

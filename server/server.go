@@ -1,0 +1,400 @@
+// Package server is sluice's decision service (sluice serve): the seed's
+// shared decision service that every API server or proxy asks. It speaks
+// Envoy's rate limit service (RLS v3) over gRPC — a drop-in for
+// envoyproxy/ratelimit, reading the same configuration files — and the
+// same decisions as JSON over HTTP (POST /json, envoyproxy/ratelimit's
+// endpoint); it serves /healthz, /readyz and /metrics, reloads its
+// configuration on SIGHUP and when the files change (a bad file is refused
+// with its reason and the old configuration stays), and has an admin API
+// behind a bearer token. Memory store by default, Redis for a fleet.
+package server
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	rlpb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/fsnotify/fsnotify"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/rueidis"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/metrics"
+	"github.com/sluicehq/sluice/redisstore"
+	"github.com/sluicehq/sluice/rls"
+)
+
+// Defaults: every listener on loopback unless configured otherwise.
+const (
+	DefaultHTTPAddr  = "127.0.0.1:8080"
+	DefaultGRPCAddr  = "127.0.0.1:8081"
+	DefaultAdminAddr = "127.0.0.1:9090"
+	// MaxBody bounds a JSON request (and MaxMessage a gRPC one).
+	MaxBody    = 64 << 10
+	MaxMessage = 1 << 20
+)
+
+// Loader reads the configuration: the matcher of the descriptors, and a
+// version that names it (a hash of the files). It is called at start and
+// at every reload.
+type Loader func() (rls.Matcher, string, error)
+
+// Options configures a Server.
+type Options struct {
+	// Load reads the configuration. Required.
+	Load Loader
+	// Watch lists the paths whose change triggers a reload (a file, or a
+	// directory: a Kubernetes ConfigMap's symlink swap is a change of the
+	// directory). Optional; SIGHUP reloads too (see Reload).
+	Watch []string
+	// HTTPAddr, GRPCAddr, AdminAddr: the listeners. Defaults on loopback.
+	HTTPAddr, GRPCAddr, AdminAddr string
+	// Redis, when set, is the Redis address (several, comma-separated: a
+	// Cluster); the memory store otherwise.
+	Redis string
+	// RedisPolicy is what a limit decides when Redis cannot answer.
+	// Default redisstore.FailOpen.
+	RedisPolicy redisstore.Policy
+	// AdminToken guards every admin route (Authorization: Bearer). Empty:
+	// the admin listener answers 401 to everything but nothing else.
+	AdminToken string
+	// MaxDescriptors per request. Default rls.DefaultMaxDescriptors.
+	MaxDescriptors int
+	// Logger receives events (never a key or a descriptor's value).
+	Logger *slog.Logger
+	// ShutdownTimeout bounds the drain of calls in flight. Default 10 s.
+	ShutdownTimeout time.Duration
+}
+
+// Server is a decision service with its listeners bound and its store
+// open. Run serves until its context ends.
+type Server struct {
+	opts    Options
+	log     *slog.Logger
+	matcher atomic.Pointer[rls.Matcher]
+	version atomic.Pointer[loaded]
+	reload  sync.Mutex
+	svc     *rls.Service
+	metrics *metrics.Metrics
+	reloads *prometheus.CounterVec
+	grpc    *grpc.Server
+	health  *health.Server
+	http    *http.Server
+	admin   *http.Server
+	lns     [3]net.Listener // grpc, http, admin
+	watcher *fsnotify.Watcher
+	closers []func() error
+}
+
+// loaded describes the configuration in force.
+type loaded struct {
+	Version  string    `json:"version"`
+	LoadedAt time.Time `json:"loaded_at"`
+}
+
+// New loads the configuration (refusing to start on a bad one), opens the
+// store and binds the listeners.
+func New(opts Options) (*Server, error) {
+	if opts.Load == nil {
+		return nil, errors.New("server: Options.Load is required")
+	}
+	s := &Server{opts: opts, log: opts.Logger}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			s.Close()
+		}
+	}()
+	s.startWatching() // before loading: a change from here on is seen
+	m, version, err := opts.Load()
+	if err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	s.matcher.Store(&m)
+	s.version.Store(&loaded{Version: version, LoadedAt: time.Now().UTC()})
+	if s.metrics, err = metrics.New(metrics.Options{}); err != nil {
+		return nil, err
+	}
+	s.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "sluice", Name: "config_reloads_total",
+		Help: "Configuration reloads, by result (ok, or refused: the file was bad and the previous configuration stayed).",
+	}, []string{"result"})
+	s.metrics.Registry().MustRegister(s.reloads)
+	limiter, err := s.openStore()
+	if err != nil {
+		return nil, err
+	}
+	if s.svc, err = rls.New(rls.Options{Limiter: limiter, Config: &s.matcher, Observer: s.metrics, Headers: true, MaxDescriptors: opts.MaxDescriptors}); err != nil {
+		return nil, err
+	}
+	s.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(MaxMessage), grpc.ConnectionTimeout(5*time.Second))
+	s.svc.Register(s.grpc)
+	s.health = health.NewServer()
+	healthpb.RegisterHealthServer(s.grpc, s.health)
+	s.http = &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+		WriteTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 16 << 10,
+		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
+	s.admin = &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+		WriteTimeout: 10 * time.Second, MaxHeaderBytes: 16 << 10}
+	for i, a := range []string{or(opts.GRPCAddr, DefaultGRPCAddr), or(opts.HTTPAddr, DefaultHTTPAddr), or(opts.AdminAddr, DefaultAdminAddr)} {
+		if s.lns[i], err = net.Listen("tcp", a); err != nil {
+			return nil, fmt.Errorf("server: listen %s: %w", a, err)
+		}
+	}
+	ok = true
+	return s, nil
+}
+
+func or(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a
+}
+
+func (s *Server) openStore() (sluice.Limiter, error) {
+	if s.opts.Redis == "" {
+		m, err := memstore.New(memstore.Options{})
+		if err != nil {
+			return nil, fmt.Errorf("server: memory store: %w", err)
+		}
+		s.closers = append(s.closers, m.Close)
+		return m, s.metrics.RegisterMemory(m)
+	}
+	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: strings.Split(s.opts.Redis, ","), DisableCache: true})
+	if err != nil {
+		return nil, fmt.Errorf("server: redis %s: %w", s.opts.Redis, err)
+	}
+	s.closers = append(s.closers, func() error { client.Close(); return nil })
+	st, err := redisstore.New(redisstore.Options{Client: redisstore.NewRueidis(client), Policy: s.opts.RedisPolicy})
+	if err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	s.closers = append(s.closers, st.Close)
+	return st, s.metrics.RegisterRedis(st)
+}
+
+// GRPCAddr, HTTPAddr and AdminAddr are the bound listeners' addresses.
+func (s *Server) GRPCAddr() string  { return s.lns[0].Addr().String() }
+func (s *Server) HTTPAddr() string  { return s.lns[1].Addr().String() }
+func (s *Server) AdminAddr() string { return s.lns[2].Addr().String() }
+
+// Version is the version of the configuration in force.
+func (s *Server) Version() string { return s.version.Load().Version }
+
+// Reload reads the configuration again. A bad one is refused (the error
+// says why) and the configuration in force stays; either way a metric
+// counts it.
+func (s *Server) Reload() error {
+	s.reload.Lock()
+	defer s.reload.Unlock()
+	m, version, err := s.opts.Load()
+	if err != nil {
+		s.reloads.WithLabelValues("refused").Inc()
+		s.log.Error("configuration refused; the previous one stays", "err", err, "version", s.Version())
+		return err
+	}
+	s.reloads.WithLabelValues("ok").Inc()
+	if version == s.Version() {
+		return nil
+	}
+	s.matcher.Store(&m)
+	s.version.Store(&loaded{Version: version, LoadedAt: time.Now().UTC()})
+	s.log.Info("configuration loaded", "version", version)
+	return nil
+}
+
+// Run serves until ctx ends, reloading on hup (SIGHUP, typically) and when
+// a watched path changes, then drains: no new calls, calls in flight finish
+// within the shutdown timeout. It returns nil after a graceful shutdown.
+func (s *Server) Run(ctx context.Context, hup <-chan struct{}) error {
+	s.log.Info("serving", "grpc", s.GRPCAddr(), "http", s.HTTPAddr(), "admin", s.AdminAddr(), "version", s.Version())
+	errs := make(chan error, 3)
+	go func() { errs <- s.grpc.Serve(s.lns[0]) }()
+	go func() { errs <- s.http.Serve(s.lns[1]) }()
+	go func() { errs <- s.admin.Serve(s.lns[2]) }()
+	wctx, stopWatch := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	go func() { defer close(watched); s.watch(wctx, hup) }()
+	var err error
+	pending := 3
+	select {
+	case <-ctx.Done():
+	case err = <-errs:
+		pending--
+	}
+	s.health.Shutdown()
+	stopWatch()
+	<-watched
+	timeout := s.opts.ShutdownTimeout
+	if timeout <= 0 {
+		timeout = 10 * time.Second
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	defer cancel()
+	drained := make(chan struct{})
+	go func() { s.grpc.GracefulStop(); close(drained) }()
+	err = errors.Join(err, s.http.Shutdown(sctx), s.admin.Shutdown(sctx))
+	select {
+	case <-drained:
+	case <-sctx.Done():
+		s.grpc.Stop()
+		<-drained
+	}
+	for range pending {
+		if e := <-errs; e != nil && !errors.Is(e, http.ErrServerClosed) && !errors.Is(e, grpc.ErrServerStopped) {
+			err = errors.Join(err, e)
+		}
+	}
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	s.log.Info("stopped")
+	return errors.Join(err, s.Close())
+}
+
+// Close releases the store and the listeners. Safe to call more than once.
+func (s *Server) Close() error {
+	var err error
+	for _, l := range s.lns {
+		if l != nil {
+			l.Close()
+		}
+	}
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		err = errors.Join(err, s.closers[i]())
+	}
+	s.closers = nil
+	return err
+}
+
+// httpHandler serves POST /json (an RLS request as JSON, the answer as
+// JSON: 200, or 429 when over the limit), /healthz, /readyz and /metrics.
+func (s *Server) httpHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /json", s.serveJSON)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if p := s.matcher.Load(); p == nil || *p == nil {
+			http.Error(w, "no configuration", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, "ready "+s.Version()+"\n")
+	})
+	mux.Handle("GET /metrics", s.metrics.Handler())
+	return mux
+}
+
+var jsonIn = protojson.UnmarshalOptions{DiscardUnknown: false}
+
+func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
+	if err != nil {
+		writeJSONError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("a request is at most %d bytes", MaxBody))
+		return
+	}
+	var req rlpb.RateLimitRequest
+	if err := jsonIn.Unmarshal(body, &req); err != nil {
+		writeJSONError(w, http.StatusBadRequest, "not an RLS request in JSON: "+err.Error())
+		return
+	}
+	resp, err := s.svc.ShouldRateLimit(r.Context(), &req)
+	if err != nil {
+		code := http.StatusServiceUnavailable
+		if status.Code(err) == codes.InvalidArgument {
+			code = http.StatusBadRequest
+		}
+		writeJSONError(w, code, status.Convert(err).Message())
+		return
+	}
+	out, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(resp)
+	if err != nil {
+		writeJSONError(w, http.StatusInternalServerError, "encoding the answer failed")
+		return
+	}
+	if resp.OverallCode == rlpb.RateLimitResponse_OVER_LIMIT {
+		w.WriteHeader(http.StatusTooManyRequests)
+	}
+	_, _ = w.Write(out)
+}
+
+func writeJSONError(w http.ResponseWriter, code int, msg string) {
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(map[string]string{"error": msg})
+}
+
+// adminHandler: every route needs the bearer token. GET /admin/config (the
+// configuration in force), POST /admin/reload, GET /admin/tenants (the
+// heaviest tenants, as pseudonyms), POST /admin/tenants/reset.
+func (s *Server) adminHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /admin/config", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(s.version.Load())
+	})
+	mux.HandleFunc("POST /admin/reload", func(w http.ResponseWriter, _ *http.Request) {
+		if err := s.Reload(); err != nil {
+			writeJSONError(w, http.StatusUnprocessableEntity, err.Error())
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(s.version.Load())
+	})
+	mux.HandleFunc("GET /admin/tenants", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(s.metrics.TopTenants(20))
+	})
+	mux.HandleFunc("POST /admin/tenants/reset", func(w http.ResponseWriter, _ *http.Request) {
+		s.metrics.ResetTenants()
+		w.WriteHeader(http.StatusNoContent)
+	})
+	token := []byte(s.opts.AdminToken)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "no-store")
+		got, bearer := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if len(token) == 0 || !bearer || subtle.ConstantTimeCompare([]byte(got), token) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="sluice admin"`)
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// ReadToken reads an admin token from a file: one line, at least 16
+// characters.
+func ReadToken(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("server: admin token: %w", err)
+	}
+	t := strings.TrimSpace(string(b))
+	if len(t) < 16 || strings.ContainsAny(t, " \t\r\n") {
+		return "", fmt.Errorf("server: admin token %s: one word of at least 16 characters", path)
+	}
+	return t, nil
+}
