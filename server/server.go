@@ -10,6 +10,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
@@ -336,10 +337,14 @@ func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
 		writeJSONError(w, http.StatusInternalServerError, "encoding the answer failed")
 		return
 	}
+	var compact bytes.Buffer // protojson varies its spacing on purpose; clients and docs get one form
+	if json.Compact(&compact, out) == nil {
+		out = compact.Bytes()
+	}
 	if resp.OverallCode == rlpb.RateLimitResponse_OVER_LIMIT {
 		w.WriteHeader(http.StatusTooManyRequests)
 	}
-	_, _ = w.Write(out)
+	_, _ = w.Write(append(out, '\n'))
 }
 
 func writeJSONError(w http.ResponseWriter, code int, msg string) {

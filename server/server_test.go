@@ -268,3 +268,42 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// A Kubernetes ConfigMap is updated by swapping a symlink: the visible
+// file points through ..data, which is renamed to point at a new
+// directory. The server sees it and loads the new version.
+func TestReloadOnSymlinkSwap(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	write := func(version string, n int) {
+		d := filepath.Join(dir, version)
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, "edge.yaml"), []byte(config(n)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		tmp := filepath.Join(dir, "..data_tmp")
+		if err := os.Symlink(version, tmp); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(dir, "..data")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("..v1", 1)
+	if err := os.Symlink(filepath.Join("..data", "edge.yaml"), filepath.Join(dir, "edge.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	s, err := server.New(server.Options{Load: server.EnvoyLoader(dir), Watch: []string{dir}, HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx, nil) }()
+	defer func() { cancel(); <-done }()
+	before := s.Version()
+	write("..v2", 5)
+	waitFor(t, func() bool { return s.Version() != before })
+}
