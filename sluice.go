@@ -19,6 +19,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Limiter decides whether work may spend a limited resource now.
@@ -74,6 +75,25 @@ type Limiter interface {
 type Charger interface {
 	Limiter
 	Charge(ctx context.Context, key string, limit Limit, cost float64) (Decision, error)
+}
+
+// Inspector is a Limiter an operator can look into (memstore and
+// redisstore are). Peek reports a key's state under a limit as it is —
+// what remains and when it is full again — spending nothing; Reset forgets
+// it, so that the key starts full. Bad input is refused as by Allow.
+type Inspector interface {
+	Limiter
+	Peek(ctx context.Context, key string, limit Limit) (State, error)
+	Reset(ctx context.Context, key string, limit Limit) error
+}
+
+// State is a key's state under a limit, as Peek reports it.
+type State struct {
+	// Remaining is what a request could spend now (for Concurrency: the
+	// free slots); the limit's capacity for a key never seen or full.
+	Remaining float64
+	// ResetAfter is how long until the key is full again; 0 when it is.
+	ResetAfter time.Duration
 }
 
 // Request is one limit that applies to a request: key spends cost under Limit.

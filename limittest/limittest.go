@@ -46,6 +46,7 @@ func Run(t *testing.T, newLimiter NewLimiter) {
 	t.Run("LastTokenRace", s.lastTokenRace)
 	t.Run("BadInput", s.badInput)
 	t.Run("Charge", s.charge)
+	t.Run("Inspect", s.inspect)
 }
 
 type suite struct {

@@ -25,6 +25,8 @@ type kindOps interface {
 	evict(s *Store, sh *shard, nowSec uint32, pinned []ident) (live, ok bool)
 	// sweep removes the entries that are fresh again at nowSec.
 	sweep(s *Store, sh *shard, nowSec uint32) int
+	// forget removes id's entry, if it has one.
+	forget(sh *shard, id ident)
 }
 
 var kinds = [...]kindOps{
@@ -38,6 +40,14 @@ var kinds = [...]kindOps{
 }
 
 func (k *kind[S, P]) len(sh *shard) int { return k.table(sh).n }
+
+func (k *kind[S, P]) forget(sh *shard, id ident) {
+	t := k.table(sh)
+	if at, _ := t.find(id); at >= 0 {
+		t.remove(at)
+		sh.n--
+	}
+}
 
 // step decides call for the identity id under c on the shard's table t of
 // S, with the shard locked. With commit it writes the new state (inserting

@@ -359,6 +359,39 @@ func (s *Store) Release(_ context.Context, key string, limit sluice.Limit, ticke
 	return nil
 }
 
+var _ sluice.Inspector = (*Store)(nil)
+
+// Peek reports key's state under limit as it is, spending nothing; see
+// sluice.Inspector.
+func (s *Store) Peek(_ context.Context, key string, limit sluice.Limit) (sluice.State, error) {
+	var r resolved
+	if err := s.resolve(&r, key, limit, 1); err != nil {
+		return sluice.State{}, err
+	}
+	sh := &s.shards[r.shard]
+	sh.mu.Lock()
+	// A cost that never fits reads the state without changing it.
+	call := algo.Call{Cost: r.c.params.CapacityAtoms() + 1, Now: s.now()}
+	res, _ := s.step(sh, r.c, r.id, call, false, nil)
+	sh.mu.Unlock()
+	d := res.Decision(limit, 0)
+	return sluice.State{Remaining: d.Remaining, ResetAfter: d.ResetAfter}, nil
+}
+
+// Reset forgets key's state under limit: it starts full. See
+// sluice.Inspector.
+func (s *Store) Reset(_ context.Context, key string, limit sluice.Limit) error {
+	var r resolved
+	if err := s.resolve(&r, key, limit, 1); err != nil {
+		return err
+	}
+	sh := &s.shards[r.shard]
+	sh.mu.Lock()
+	r.c.kind.forget(sh, r.id)
+	sh.mu.Unlock()
+	return nil
+}
+
 // Stats returns the store's counters.
 func (s *Store) Stats() Stats {
 	var st Stats

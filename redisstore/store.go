@@ -402,6 +402,34 @@ func (s *Store) Release(ctx context.Context, key string, limit sluice.Limit, tic
 	return nil
 }
 
+var _ sluice.Inspector = (*Store)(nil)
+
+// Peek reports key's state under limit as Redis holds it, spending
+// nothing; see sluice.Inspector. It has no failure policy: when Redis
+// cannot answer, the error says so.
+func (s *Store) Peek(ctx context.Context, key string, limit sluice.Limit) (sluice.State, error) {
+	return s.inspect(ctx, 'p', key, limit)
+}
+
+// Reset forgets key's state under limit in Redis: it starts full. See
+// sluice.Inspector. (A state FailLocal keeps in process is not touched.)
+func (s *Store) Reset(ctx context.Context, key string, limit sluice.Limit) error {
+	_, err := s.inspect(ctx, 'x', key, limit)
+	return err
+}
+
+func (s *Store) inspect(ctx context.Context, op byte, key string, limit sluice.Limit) (sluice.State, error) {
+	var r request
+	if err := s.resolve(&r, key, limit, 1); err != nil {
+		return sluice.State{}, err
+	}
+	var res [1]result
+	if err := s.run(ctx, op, sluice.AllOrNothing, []request{r}, res[:]); err != nil {
+		return sluice.State{}, err
+	}
+	return sluice.State{Remaining: units.ToCost(res[0].remaining), ResetAfter: time.Duration(res[0].reset) * time.Microsecond}, nil
+}
+
 // decideGroups runs one script per hash slot (one in all when the keys
 // share one, or on a single node), and undoes the spends of the others
 // when a Cluster call across slots is rejected.

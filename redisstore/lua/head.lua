@@ -5,7 +5,7 @@
 --
 -- KEYS: one state key per limit of the call.
 -- ARGV: protocol, now (µs; "" for Redis TIME), op ("d" decide, "c" charge
--- one key, "u" undo or release), mode ("0" all or nothing, "1" rejections count), then 13
+-- one key, "u" undo or release, "p" peek, "x" reset), mode ("0" all or nothing, "1" rejections count), then 13
 -- parameters per key: algorithm, capU, r, w, cap, quota, window, delayU,
 -- fills, cost, ticket, the instant of the spend to undo, and a stamp: the
 -- random mark a decision writes into a bucket's state (0: none; a call

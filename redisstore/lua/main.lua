@@ -121,6 +121,21 @@ elseif ARGV[3] == "u" then
     if pc then clamped = 2 end
     put(4 + clamped, remaining, 0, reset, at)
   end
+elseif ARGV[3] == "p" or ARGV[3] == "x" then
+  -- Peek at the states as they are ("p"), or forget them first ("x": a
+  -- reset, after which each key is full).
+  for i = 1, n do
+    local s = nil
+    if ARGV[3] == "x" then
+      redis.call("DEL", KEYS[i])
+    else
+      s = load(KEYS[i])
+    end
+    local _, pc, remaining, _, reset, _, at = decide(i, s, true)
+    local clamped = 0
+    if pc then clamped = 2 end
+    put(4 + clamped, remaining, 0, reset, at)
+  end
 else
   return redis.error_reply("sluice: unknown op " .. tostring(ARGV[3]))
 end
