@@ -376,3 +376,50 @@ var seed = maphash.MakeSeed()
 func tenant(key string) string {
 	return fmt.Sprintf("rls:%016x", maphash.String(seed, key))
 }
+
+// ErrNoLimit: no limit applies to the descriptor (no rule matches it, its
+// domain is unknown, or its rule is unlimited).
+var ErrNoLimit = errors.New("rls: no limit applies to the descriptor")
+
+// ErrNotInspectable: the Limiter is not a sluice.Inspector.
+var ErrNotInspectable = errors.New("rls: the store cannot be inspected")
+
+// Peek reports the state of a descriptor's counter — what remains, when
+// it is full again — spending nothing: for an operator.
+func (s *Service) Peek(ctx context.Context, domain string, es []Entry) (*Rule, sluice.State, error) {
+	in, rule, key, err := s.locate(domain, es)
+	if err != nil {
+		return nil, sluice.State{}, err
+	}
+	st, err := in.Peek(ctx, key, rule.Limit)
+	return rule, st, err
+}
+
+// Reset forgets a descriptor's counter: it starts full.
+func (s *Service) Reset(ctx context.Context, domain string, es []Entry) (*Rule, error) {
+	in, rule, key, err := s.locate(domain, es)
+	if err != nil {
+		return nil, err
+	}
+	return rule, in.Reset(ctx, key, rule.Limit)
+}
+
+func (s *Service) locate(domain string, es []Entry) (sluice.Inspector, *Rule, string, error) {
+	in, ok := s.limiter.(sluice.Inspector)
+	if !ok {
+		return nil, nil, "", ErrNotInspectable
+	}
+	loaded := s.config.Load()
+	if loaded == nil || *loaded == nil {
+		return nil, nil, "", ErrNoLimit
+	}
+	rule, ok := (*loaded).Match(domain, es)
+	if !ok || rule.Unlimited {
+		return nil, nil, "", ErrNoLimit
+	}
+	keyed := es
+	if rule.KeyEntries != nil {
+		keyed = rule.KeyEntries
+	}
+	return in, rule, storeKey(domain, keyed), nil
+}

@@ -76,7 +76,9 @@ type fixture struct {
 	obs    *recorder
 }
 
-type recorder struct{ events atomic.Pointer[[]enforce.Event] }
+type recorder struct {
+	events atomic.Pointer[[]enforce.Event]
+}
 
 func (r *recorder) Observe(e enforce.Event) {
 	for {

@@ -353,8 +353,10 @@ func writeJSONError(w http.ResponseWriter, code int, msg string) {
 }
 
 // adminHandler: every route needs the bearer token. GET /admin/config (the
-// configuration in force), POST /admin/reload, GET /admin/tenants (the
-// heaviest tenants, as pseudonyms), POST /admin/tenants/reset.
+// configuration in force), POST /admin/reload, GET /admin/keys (a
+// descriptor's counter, spending nothing), POST /admin/keys/reset (forget
+// it), GET /admin/tenants (the heaviest counters, as pseudonyms), POST
+// /admin/tenants/reset.
 func (s *Server) adminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /admin/config", func(w http.ResponseWriter, _ *http.Request) {
@@ -368,6 +370,32 @@ func (s *Server) adminHandler() http.Handler {
 		}
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(s.version.Load())
+	})
+	// A descriptor's counter: ?domain=edge&entry=api_key=k1[&entry=…].
+	mux.HandleFunc("GET /admin/keys", func(w http.ResponseWriter, r *http.Request) {
+		domain, es, ok := descriptorOf(w, r)
+		if !ok {
+			return
+		}
+		rule, st, err := s.svc.Peek(r.Context(), domain, es)
+		if err != nil {
+			writeAdminError(w, err)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"limit": rule.Limit.Name, "quota": rule.Limit.Quota, "window": rule.Limit.Window.String(),
+			"remaining": st.Remaining, "reset_after": st.ResetAfter.String()})
+	})
+	mux.HandleFunc("POST /admin/keys/reset", func(w http.ResponseWriter, r *http.Request) {
+		domain, es, ok := descriptorOf(w, r)
+		if !ok {
+			return
+		}
+		if _, err := s.svc.Reset(r.Context(), domain, es); err != nil {
+			writeAdminError(w, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
 	})
 	mux.HandleFunc("GET /admin/tenants", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -388,6 +416,38 @@ func (s *Server) adminHandler() http.Handler {
 		}
 		mux.ServeHTTP(w, r)
 	})
+}
+
+// descriptorOf reads an admin request's descriptor: ?domain= and one
+// entry=key=value per entry, in order.
+func descriptorOf(w http.ResponseWriter, r *http.Request) (string, []rls.Entry, bool) {
+	q := r.URL.Query()
+	domain := q.Get("domain")
+	var es []rls.Entry
+	for _, e := range q["entry"] {
+		k, v, ok := strings.Cut(e, "=")
+		if !ok || k == "" {
+			writeJSONError(w, http.StatusBadRequest, fmt.Sprintf("entry %q: key=value", e))
+			return "", nil, false
+		}
+		es = append(es, rls.Entry{Key: k, Value: v})
+	}
+	if domain == "" || len(es) == 0 || len(es) > rls.MaxEntries {
+		writeJSONError(w, http.StatusBadRequest, fmt.Sprintf("give ?domain= and 1 to %d entry=key=value", rls.MaxEntries))
+		return "", nil, false
+	}
+	return domain, es, true
+}
+
+func writeAdminError(w http.ResponseWriter, err error) {
+	switch {
+	case errors.Is(err, rls.ErrNoLimit):
+		writeJSONError(w, http.StatusNotFound, err.Error())
+	case errors.Is(err, rls.ErrNotInspectable):
+		writeJSONError(w, http.StatusNotImplemented, err.Error())
+	default:
+		writeJSONError(w, http.StatusServiceUnavailable, err.Error())
+	}
 }
 
 // ReadToken reads an admin token from a file: one line, at least 16

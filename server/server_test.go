@@ -150,7 +150,8 @@ func TestAdminNeedsTheToken(t *testing.T) {
 	t.Parallel()
 	f := start(t, map[string]string{"edge.yaml": config(2)})
 	admin := "http://" + f.s.AdminAddr()
-	routes := []struct{ method, path string }{{"GET", "/admin/config"}, {"POST", "/admin/reload"}, {"GET", "/admin/tenants"}, {"POST", "/admin/tenants/reset"}, {"GET", "/admin/nothing"}}
+	routes := []struct{ method, path string }{{"GET", "/admin/config"}, {"POST", "/admin/reload"}, {"GET", "/admin/keys?domain=edge&entry=api_key=k"},
+		{"POST", "/admin/keys/reset?domain=edge&entry=api_key=k"}, {"GET", "/admin/tenants"}, {"POST", "/admin/tenants/reset"}, {"GET", "/admin/nothing"}}
 	for _, r := range routes {
 		for _, auth := range []string{"", "Bearer wrong-token-of-length", token, "Basic " + token} {
 			if code, _ := httpDo(t, r.method, admin+r.path, "", "Authorization", auth); code != 401 {
@@ -161,6 +162,45 @@ func TestAdminNeedsTheToken(t *testing.T) {
 	code, body := httpDo(t, "GET", admin+"/admin/config", "", "Authorization", "Bearer "+token)
 	if code != 200 || !strings.Contains(body, `"version":"`+f.s.Version()+`"`) {
 		t.Fatalf("/admin/config with the token: %d %s", code, body)
+	}
+}
+
+// The admin API inspects a descriptor's counter without spending, and
+// resets it.
+func TestAdminKeys(t *testing.T) {
+	t.Parallel()
+	f := start(t, map[string]string{"edge.yaml": config(5)})
+	for range 3 {
+		if _, err := f.client.ShouldRateLimit(context.Background(), request("k")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	admin := "http://" + f.s.AdminAddr()
+	auth := []string{"Authorization", "Bearer " + token}
+	for range 2 {
+		code, body := httpDo(t, "GET", admin+"/admin/keys?domain=edge&entry=api_key=k", "", auth...)
+		if code != 200 || !strings.Contains(body, `"remaining":2`) || !strings.Contains(body, `"limit":"edge.api_key"`) {
+			t.Fatalf("inspect: %d %s", code, body)
+		}
+	}
+	if code, _ := httpDo(t, "POST", admin+"/admin/keys/reset?domain=edge&entry=api_key=k", "", auth...); code != 204 {
+		t.Fatalf("reset: %d", code)
+	}
+	if _, body := httpDo(t, "GET", admin+"/admin/keys?domain=edge&entry=api_key=k", "", auth...); !strings.Contains(body, `"remaining":5`) {
+		t.Fatalf("after reset: %s", body)
+	}
+	for _, c := range []struct {
+		query string
+		code  int
+	}{
+		{"domain=edge&entry=path=/healthz", 404}, // unlimited
+		{"domain=nope&entry=api_key=k", 404},
+		{"domain=edge", 400},
+		{"domain=edge&entry=novalue", 400},
+	} {
+		if code, body := httpDo(t, "GET", admin+"/admin/keys?"+c.query, "", auth...); code != c.code {
+			t.Errorf("%s: %d %s, want %d", c.query, code, body, c.code)
+		}
 	}
 }
 
