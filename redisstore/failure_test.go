@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -438,4 +439,45 @@ func TestFallbackDecisions(t *testing.T) {
 			}
 		}
 	})
+}
+
+// PolicyOf is asked at each failure, so a policy that changes (a reloaded
+// configuration) is the one applied; Policies still wins for the limits it
+// names, and Policy answers for the limits PolicyOf does not know.
+func TestPolicyOfIsLive(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	var live atomic.Int32 // 0: not known, 1: fail_closed, 2: fail_open
+	s := newStore(t, redisstore.Options{
+		Client: redisstore.NewRueidis(newRueidis(t, srv.Addr())), Timeout: 30 * time.Millisecond,
+		BreakerCooldown: time.Hour, Policy: redisstore.FailOpen,
+		Policies: map[string]redisstore.Policy{"named": redisstore.FailClosed},
+		PolicyOf: func(l sluice.Limit) (redisstore.Policy, bool) {
+			switch live.Load() {
+			case 1:
+				return redisstore.FailClosed, true
+			case 2:
+				return redisstore.FailOpen, true
+			}
+			return 0, false
+		},
+	})
+	limit := sluice.Limit{Name: "reloaded", Quota: 10, Window: time.Second}
+	if d, err := s.Allow(ctx, "k", limit, 1); err != nil || !d.Allowed {
+		t.Fatalf("Redis up: %+v, %v", d, err)
+	}
+	srv.Kill()
+	for _, c := range []struct {
+		live    int32
+		allowed bool
+	}{{0, true}, {1, false}, {2, true}, {1, false}} {
+		live.Store(c.live)
+		if d, _ := s.Allow(ctx, "k", limit, 1); d.Allowed != c.allowed {
+			t.Errorf("PolicyOf state %d: allowed %v, want %v", c.live, d.Allowed, c.allowed)
+		}
+	}
+	live.Store(2)
+	if d, _ := s.Allow(ctx, "k", sluice.Limit{Name: "named", Quota: 10, Window: time.Second}, 1); d.Allowed {
+		t.Error("a limit Policies names: PolicyOf overrode it")
+	}
 }

@@ -95,6 +95,11 @@ type Options struct {
 	Policy Policy
 	// Policies sets the policy of limits by name.
 	Policies map[string]Policy
+	// PolicyOf, when set, is asked for the policy of a limit that Policies
+	// does not name, when Redis fails (not before: it may change, as a
+	// reloaded configuration does); false means Policy. It must be fast
+	// and safe for concurrent use.
+	PolicyOf func(sluice.Limit) (Policy, bool)
 	// Instances is the number of processes sharing the limits, by which
 	// FailLocal divides them. Default 1.
 	Instances int
@@ -157,6 +162,7 @@ type Store struct {
 	timeout  time.Duration
 	policy   Policy
 	policies map[string]Policy
+	policyOf func(sluice.Limit) (Policy, bool)
 	fleet    int
 	closedRA time.Duration
 	testNow  func() time.Time
@@ -182,7 +188,20 @@ type compiled struct {
 	limitPart string    // key prefix of the limit's states
 	argv      [9]string // the limit's fixed script parameters
 	policy    Policy
-	local     sluice.Limit // the FailLocal limit
+	// livePolicy: ask Options.PolicyOf at each failure (Policies does not
+	// name the limit).
+	livePolicy bool
+	local      sluice.Limit // the FailLocal limit
+}
+
+// policyFor is c's policy now.
+func (s *Store) policyFor(c *compiled) Policy {
+	if c.livePolicy {
+		if p, ok := s.policyOf(c.params.Limit); ok && p <= FailLocal {
+			return p
+		}
+	}
+	return c.policy
 }
 
 // New returns a Store.
@@ -223,6 +242,7 @@ func New(opts Options) (*Store, error) {
 		timeout:  cmp.Or(opts.Timeout, DefaultTimeout),
 		policy:   opts.Policy,
 		policies: maps.Clone(opts.Policies),
+		policyOf: opts.PolicyOf,
 		fleet:    cmp.Or(opts.Instances, 1),
 		closedRA: cmp.Or(opts.FailClosedRetryAfter, DefaultFailClosedRetryAfter),
 		testNow:  opts.TestNow,
@@ -371,7 +391,7 @@ func (s *Store) Charge(ctx context.Context, key string, limit sluice.Limit, cost
 		if !isOutage(err) {
 			return sluice.Decision{}, err
 		}
-		if r.c.policy == FailLocal {
+		if s.policyFor(r.c) == FailLocal {
 			if d, err := s.local.Charge(ctx, key, r.c.local, cost); err == nil {
 				s.failLocal.Add(1)
 				d.Limit = limit
@@ -556,9 +576,11 @@ func (s *Store) compile(limit sluice.Limit) (*compiled, error) {
 	}
 	ints := p.Integers()
 	c := &compiled{params: p, ints: ints, limitPart: s.keys.limitPart(limit.Name, p.Fingerprint), policy: s.policy}
-	if pol, ok := s.policies[limit.Name]; ok {
+	pol, named := s.policies[limit.Name]
+	if named {
 		c.policy = pol
 	}
+	c.livePolicy = !named && s.policyOf != nil
 	for i, v := range []int64{int64(ints.Algorithm), ints.CapU, ints.PerMicro, ints.PerAtom, ints.Cap, ints.Quota, ints.Window, ints.DelayU, ints.Fills} {
 		c.argv[i] = strconv.FormatInt(v, 10)
 	}
@@ -849,6 +871,7 @@ func (s *Store) fallback(ctx context.Context, rs []request, reqs []sluice.Reques
 	for i, r := range rs {
 		limit := r.c.params.Limit
 		closed := sluice.Decision{Limit: limit, RetryAfter: s.closedRA}
+		policy := s.policyFor(r.c)
 		switch {
 		case r.cost > r.c.ints.Cap:
 			ds[i], rejected = sluice.Decision{Limit: limit, RetryAfter: sluice.Never}, true
@@ -857,10 +880,10 @@ func (s *Store) fallback(ctx context.Context, rs []request, reqs []sluice.Reques
 				err = fmt.Errorf("request %d: %w", i, err)
 			}
 			errs = append(errs, err)
-		case r.c.policy == FailOpen:
+		case policy == FailOpen:
 			s.failOpen.Add(1)
 			ds[i] = sluice.Decision{Allowed: true, Limit: limit}
-		case r.c.policy == FailClosed:
+		case policy == FailClosed:
 			s.failClosed.Add(1)
 			ds[i], rejected = closed, true
 		case reqs[i].Cost > r.c.local.Capacity():

@@ -14,29 +14,38 @@ import (
 )
 
 // EnvoyLoader loads an envoyproxy/ratelimit configuration from a file or a
-// directory of *.yaml / *.yml files; its version is the SHA-256 of the
+// directory of *.yaml / *.yml files (with sluice's on_failure extension as
+// the rules' failure policies); its version is the SHA-256 of the
 // files' names and contents, so a reload to the same files changes
 // nothing.
 func EnvoyLoader(path string) Loader {
-	return func() (rls.Matcher, string, error) {
+	return func() (Loaded, error) {
 		files, err := ConfigFiles(path)
 		if err != nil {
-			return nil, "", err
+			return Loaded{}, err
 		}
 		c, err := envoyconfig.LoadFiles(files...)
 		if err != nil {
-			return nil, "", err
+			return Loaded{}, err
 		}
 		h := sha256.New()
 		for _, f := range files {
 			b, err := os.ReadFile(f)
 			if err != nil {
-				return nil, "", err
+				return Loaded{}, err
 			}
 			fmt.Fprintf(h, "%s\x00%d\x00", filepath.Base(f), len(b))
 			h.Write(b)
 		}
-		return rls.FromEnvoyConfig(c), hex.EncodeToString(h.Sum(nil))[:12], nil
+		policies := map[string]string{}
+		for _, d := range c.Domains() {
+			for _, r := range d.Rules() {
+				if l, ok := r.Limit(); ok && r.OnFailure != "" {
+					policies[l.Name] = r.OnFailure
+				}
+			}
+		}
+		return Loaded{Matcher: rls.FromEnvoyConfig(c), Version: hex.EncodeToString(h.Sum(nil))[:12], FailurePolicies: policies}, nil
 	}
 }
 

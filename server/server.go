@@ -54,10 +54,21 @@ const (
 	MaxMessage = 1 << 20
 )
 
-// Loader reads the configuration: the matcher of the descriptors, and a
-// version that names it (a hash of the files). It is called at start and
-// at every reload.
-type Loader func() (rls.Matcher, string, error)
+// Loader reads the configuration. It is called at start and at every
+// reload.
+type Loader func() (Loaded, error)
+
+// Loaded is a configuration read.
+type Loaded struct {
+	// Matcher finds a descriptor's rule.
+	Matcher rls.Matcher
+	// Version names it (a hash of the files).
+	Version string
+	// FailurePolicies are the rules' on_failure, by limit name
+	// (fail_open, fail_closed, fail_local); a limit not named has the
+	// store's default.
+	FailurePolicies map[string]string
+}
 
 // Options configures a Server.
 type Options struct {
@@ -92,18 +103,20 @@ type Server struct {
 	opts    Options
 	log     *slog.Logger
 	matcher atomic.Pointer[rls.Matcher]
-	version atomic.Pointer[loaded]
-	reload  sync.Mutex
-	svc     *rls.Service
-	metrics *metrics.Metrics
-	reloads *prometheus.CounterVec
-	grpc    *grpc.Server
-	health  *health.Server
-	http    *http.Server
-	admin   *http.Server
-	lns     [3]net.Listener // grpc, http, admin
-	watcher *fsnotify.Watcher
-	closers []func() error
+	// policies are the failure policies in force, by limit name.
+	policies atomic.Pointer[map[string]redisstore.Policy]
+	version  atomic.Pointer[loaded]
+	reload   sync.Mutex
+	svc      *rls.Service
+	metrics  *metrics.Metrics
+	reloads  *prometheus.CounterVec
+	grpc     *grpc.Server
+	health   *health.Server
+	http     *http.Server
+	admin    *http.Server
+	lns      [3]net.Listener // grpc, http, admin
+	watcher  *fsnotify.Watcher
+	closers  []func() error
 }
 
 // loaded describes the configuration in force.
@@ -129,12 +142,11 @@ func New(opts Options) (*Server, error) {
 		}
 	}()
 	s.startWatching() // before loading: a change from here on is seen
-	m, version, err := opts.Load()
+	l, err := opts.Load()
 	if err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
-	s.matcher.Store(&m)
-	s.version.Store(&loaded{Version: version, LoadedAt: time.Now().UTC()})
+	s.install(l)
 	if s.metrics, err = metrics.New(metrics.Options{}); err != nil {
 		return nil, err
 	}
@@ -189,7 +201,11 @@ func (s *Server) openStore() (sluice.Limiter, error) {
 		return nil, fmt.Errorf("server: redis %s: %w", s.opts.Redis, err)
 	}
 	s.closers = append(s.closers, func() error { client.Close(); return nil })
-	st, err := redisstore.New(redisstore.Options{Client: redisstore.NewRueidis(client), Policy: s.opts.RedisPolicy})
+	st, err := redisstore.New(redisstore.Options{Client: redisstore.NewRueidis(client), Policy: s.opts.RedisPolicy,
+		PolicyOf: func(l sluice.Limit) (redisstore.Policy, bool) { // the rules' on_failure, as reloaded
+			p, ok := (*s.policies.Load())[l.Name]
+			return p, ok
+		}})
 	if err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
@@ -211,20 +227,41 @@ func (s *Server) Version() string { return s.version.Load().Version }
 func (s *Server) Reload() error {
 	s.reload.Lock()
 	defer s.reload.Unlock()
-	m, version, err := s.opts.Load()
+	l, err := s.opts.Load()
 	if err != nil {
 		s.reloads.WithLabelValues("refused").Inc()
 		s.log.Error("configuration refused; the previous one stays", "err", err, "version", s.Version())
 		return err
 	}
 	s.reloads.WithLabelValues("ok").Inc()
-	if version == s.Version() {
+	if l.Version == s.Version() {
 		return nil
 	}
-	s.matcher.Store(&m)
-	s.version.Store(&loaded{Version: version, LoadedAt: time.Now().UTC()})
-	s.log.Info("configuration loaded", "version", version)
+	s.install(l)
+	s.log.Info("configuration loaded", "version", l.Version)
 	return nil
+}
+
+// install puts a loaded configuration in force.
+func (s *Server) install(l Loaded) {
+	policies := make(map[string]redisstore.Policy, len(l.FailurePolicies))
+	for name, p := range l.FailurePolicies {
+		if pol, ok := policyNames[p]; ok {
+			policies[name] = pol
+		}
+	}
+	s.policies.Store(&policies)
+	s.matcher.Store(&l.Matcher)
+	s.version.Store(&loaded{Version: l.Version, LoadedAt: time.Now().UTC()})
+}
+
+// policyNames are the failure policies by their configuration names.
+var policyNames = map[string]redisstore.Policy{"fail_open": redisstore.FailOpen, "fail_closed": redisstore.FailClosed, "fail_local": redisstore.FailLocal}
+
+// ParsePolicy reads a failure policy's name.
+func ParsePolicy(name string) (redisstore.Policy, bool) {
+	p, ok := policyNames[name]
+	return p, ok
 }
 
 // Run serves until ctx ends, reloading on hup (SIGHUP, typically) and when

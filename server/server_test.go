@@ -347,3 +347,21 @@ func TestReloadOnSymlinkSwap(t *testing.T) {
 	write("..v2", 5)
 	waitFor(t, func() bool { return s.Version() != before })
 }
+
+// The loader reads sluice's on_failure extension as the limits' failure
+// policies (what a Redis store decides when Redis cannot answer).
+func TestLoaderReadsFailurePolicies(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	file := "domain: edge\ndescriptors:\n  - key: api_key\n    rate_limit: {unit: minute, requests_per_unit: 5, on_failure: fail_closed}\n  - key: ip\n    rate_limit: {unit: second, requests_per_unit: 5}\n"
+	if err := os.WriteFile(filepath.Join(dir, "edge.yaml"), []byte(file), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l, err := server.EnvoyLoader(dir)()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(l.FailurePolicies) != 1 || l.FailurePolicies["edge.api_key"] != "fail_closed" {
+		t.Fatalf("%v", l.FailurePolicies)
+	}
+}

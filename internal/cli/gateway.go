@@ -68,7 +68,7 @@ func runCheck(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	if isEnvoyConfig(*path) {
 		files, err := server.ConfigFiles(*path)
 		if err == nil {
-			_, _, err = server.EnvoyLoader(*path)()
+			_, err = server.EnvoyLoader(*path)()
 		}
 		if err != nil {
 			fmt.Fprintln(stderr, "sluice check:", err)

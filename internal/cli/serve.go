@@ -10,7 +10,6 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/sluicehq/sluice/redisstore"
 	"github.com/sluicehq/sluice/server"
 )
 
@@ -36,7 +35,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fs.Usage()
 		return exitUsage
 	}
-	policy, ok := map[string]redisstore.Policy{"fail_open": redisstore.FailOpen, "fail_closed": redisstore.FailClosed, "fail_local": redisstore.FailLocal}[*failure]
+	policy, ok := server.ParsePolicy(*failure)
 	if !ok {
 		fmt.Fprintf(stderr, "sluice serve: --on-redis-failure %q: fail_open, fail_closed or fail_local\n", *failure)
 		return exitUsage

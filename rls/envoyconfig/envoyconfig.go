@@ -352,6 +352,15 @@ func New(domains ...*Domain) (*Config, error) {
 	return c, nil
 }
 
+// Domains returns the configuration's domains, in no particular order.
+func (c *Config) Domains() []*Domain {
+	out := make([]*Domain, 0, len(c.domains))
+	for _, d := range c.domains {
+		out = append(out, d)
+	}
+	return out
+}
+
 // LoadFiles parses the files and returns their configuration. A file
 // larger than MaxFileSize is refused.
 func LoadFiles(paths ...string) (*Config, error) {
