@@ -33,11 +33,9 @@ package rls
 import (
 	"context"
 	"errors"
-	"fmt"
 	"hash/maphash"
 	"math"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -52,6 +50,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/enforce"
 	"github.com/sluicehq/sluice/ratelimitheader"
+	"github.com/sluicehq/sluice/rls/envoyconfig"
 )
 
 // Rule is the limit a descriptor matched, as a Matcher reports it.
@@ -77,7 +76,7 @@ type Rule struct {
 }
 
 // Entry is one key and value of a descriptor.
-type Entry struct{ Key, Value string }
+type Entry = envoyconfig.Entry
 
 // Matcher finds the rule of a descriptor: a loaded configuration.
 type Matcher interface {
@@ -166,11 +165,17 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlpb.RateLimitReques
 	}
 	cfg := *loaded
 	n := len(req.Descriptors)
-	checks := make([]check, n)
-	unlimited := make([]bool, n)
+	var checksBuf [8]check
+	var unlimitedBuf [8]bool
+	checks, unlimited := checksBuf[:0], unlimitedBuf[:0]
+	if n > len(checksBuf) {
+		checks, unlimited = make([]check, 0, n), make([]bool, 0, n)
+	}
+	checks, unlimited = checks[:n], unlimited[:n]
 	var replaced map[string]bool
+	var entryBuf [4]Entry
 	for i, d := range req.Descriptors {
-		es := entries(d)
+		es := entries(d, entryBuf[:0])
 		var rule *Rule
 		var ok bool
 		if o := d.GetLimit(); o != nil {
@@ -209,13 +214,14 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlpb.RateLimitReques
 			checks[i].rule = nil
 		}
 	}
-	decisions, err := s.decide(ctx, checks)
+	var single sluice.Decision
+	decisions, err := s.decide(ctx, checks, &single)
 	if err != nil {
 		return nil, err
 	}
 	resp := &rlpb.RateLimitResponse{OverallCode: rlpb.RateLimitResponse_OK, Statuses: make([]*rlpb.RateLimitResponse_DescriptorStatus, n)}
-	var policies []ratelimitheader.Policy
-	var limits []ratelimitheader.Limit
+	var policyBuf, limitBuf [128]byte
+	policyField, limitField := policyBuf[:0], limitBuf[:0]
 	for i := range checks {
 		c := &checks[i]
 		st := &rlpb.RateLimitResponse_DescriptorStatus{Code: rlpb.RateLimitResponse_OK}
@@ -227,7 +233,10 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlpb.RateLimitReques
 		if c.rule == nil {
 			continue
 		}
-		d := decisions[c.slot]
+		d := single
+		if decisions != nil {
+			d = decisions[c.slot]
+		}
 		st.CurrentLimit = &rlpb.RateLimitResponse_RateLimit{Name: c.rule.Name, RequestsPerUnit: c.rule.RequestsPerUnit, Unit: c.rule.Unit}
 		st.LimitRemaining = uint32(min(math.Floor(max(d.Remaining, 0)), math.MaxUint32))
 		reset := d.ResetAfter
@@ -249,7 +258,6 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlpb.RateLimitReques
 			s.obs.Observe(enforce.Event{Rule: c.limit.Name, Outcome: outcome, Tenant: tenant(c.key), Cost: c.cost})
 		}
 		if s.headers {
-			policies = append(policies, ratelimitheader.Policy{Name: c.limit.Name, Quota: int64(c.limit.Quota), Window: c.limit.Window})
 			t := reset.Round(time.Second)
 			if t < reset {
 				t += time.Second
@@ -257,24 +265,21 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlpb.RateLimitReques
 			if !d.Allowed && d.RetryAfter == sluice.Never {
 				t = ratelimitheader.NoReset
 			}
-			limits = append(limits, ratelimitheader.Limit{Name: c.limit.Name, Remaining: int64(st.LimitRemaining), Reset: t})
+			policyField, limitField = appendFields(policyField, limitField, c.limit, int64(st.LimitRemaining), t)
 		}
 	}
-	if len(limits) > 0 {
-		p, err1 := ratelimitheader.FormatPolicies(policies)
-		l, err2 := ratelimitheader.FormatLimits(limits)
-		if err1 == nil && err2 == nil { // a name the fields cannot carry: no fields rather than wrong ones
-			resp.ResponseHeadersToAdd = []*core.HeaderValue{{Key: "RateLimit-Policy", Value: p}, {Key: "RateLimit", Value: l}}
-		}
+	if len(limitField) > 0 && limitField[0] != 0 {
+		resp.ResponseHeadersToAdd = []*core.HeaderValue{{Key: "RateLimit-Policy", Value: string(policyField)}, {Key: "RateLimit", Value: string(limitField)}}
 	}
 	return resp, nil
 }
 
 // decide asks the limiter about every limited check in one call: Allow for
-// one, AllowAll in rejections-count mode for several (descriptors are
-// independent). Checks of the same limit and key share a request, their
-// costs added. It returns the decisions by slot.
-func (s *Service) decide(ctx context.Context, checks []check) ([]sluice.Decision, error) {
+// one (its decision in *single, and a nil slice), AllowAll in
+// rejections-count mode for several (descriptors are independent). Checks
+// of the same limit and key share a request, their costs added. It returns
+// the decisions by slot.
+func (s *Service) decide(ctx context.Context, checks []check, single *sluice.Decision) ([]sluice.Decision, error) {
 	var reqs []sluice.Request
 	for i := range checks {
 		c := &checks[i]
@@ -294,14 +299,14 @@ func (s *Service) decide(ctx context.Context, checks []check) ([]sluice.Decision
 			reqs = append(reqs, sluice.Request{Key: c.key, Limit: c.limit, Cost: c.cost})
 		}
 	}
-	ds := make([]sluice.Decision, len(reqs))
+	var ds []sluice.Decision
 	var err error
 	switch len(reqs) {
 	case 0:
-		return ds, nil
 	case 1:
-		ds[0], err = s.limiter.Allow(ctx, reqs[0].Key, reqs[0].Limit, reqs[0].Cost)
+		*single, err = s.limiter.Allow(ctx, reqs[0].Key, reqs[0].Limit, reqs[0].Cost)
 	default:
+		ds = make([]sluice.Decision, len(reqs))
 		_, err = s.limiter.AllowAll(ctx, reqs, sluice.RejectionsCount, ds)
 	}
 	switch {
@@ -343,30 +348,33 @@ func (s *Service) validate(req *rlpb.RateLimitRequest) error {
 	return nil
 }
 
-func entries(d *commonrl.RateLimitDescriptor) []Entry {
-	es := d.GetEntries()
-	out := make([]Entry, len(es))
-	for i, e := range es {
-		out[i] = Entry{Key: e.GetKey(), Value: e.GetValue()}
+// entries are d's entries, in buf when they fit (the matcher keeps none).
+func entries(d *commonrl.RateLimitDescriptor, buf []Entry) []Entry {
+	for _, e := range d.GetEntries() {
+		buf = append(buf, Entry{Key: e.GetKey(), Value: e.GetValue()})
 	}
-	return out
+	return buf
 }
 
 // storeKey is a descriptor's counter: its domain and every entry, as
 // envoyproxy/ratelimit keys its cache (a value-less configured key counts
 // each value apart); bounded, so a long descriptor is hashed.
 func storeKey(domain string, es []Entry) string {
-	var b strings.Builder
-	b.WriteString(domain)
+	var stack [128]byte
+	b := append(stack[:0], "rls:"...)
+	b = append(b, domain...)
 	for _, e := range es { // length-prefixed: no two descriptors share a key
 		for _, part := range [2]string{e.Key, e.Value} {
-			b.WriteByte('|')
-			b.WriteString(strconv.Itoa(len(part)))
-			b.WriteByte(':')
-			b.WriteString(part)
+			b = append(b, '|')
+			b = strconv.AppendInt(b, int64(len(part)), 10)
+			b = append(b, ':')
+			b = append(b, part...)
 		}
 	}
-	return enforce.BoundedKey("rls:", b.String())
+	if len(b)-len("rls:") > enforce.MaxRawKey {
+		return enforce.BoundedKey("rls:", string(b[len("rls:"):]))
+	}
+	return string(b)
 }
 
 // seed keys the tenants' pseudonyms, per process.
@@ -374,7 +382,14 @@ var seed = maphash.MakeSeed()
 
 // tenant is a pseudonym of a counter for the heaviest-tenants view.
 func tenant(key string) string {
-	return fmt.Sprintf("rls:%016x", maphash.String(seed, key))
+	var b [4 + 16]byte
+	copy(b[:], "rls:")
+	h := maphash.String(seed, key)
+	const hexDigits = "0123456789abcdef"
+	for i := range 16 {
+		b[4+i] = hexDigits[h>>(60-4*i)&0xf]
+	}
+	return string(b[:])
 }
 
 // ErrNoLimit: no limit applies to the descriptor (no rule matches it, its
@@ -422,4 +437,45 @@ func (s *Service) locate(domain string, es []Entry) (sluice.Inspector, *Rule, st
 		keyed = rule.KeyEntries
 	}
 	return in, rule, storeKey(domain, keyed), nil
+}
+
+// appendFields adds a limit's members to the RateLimit-Policy and RateLimit
+// fields (draft-11), formatted by hand: a limit's name is an sf-string
+// without escapes (envoyconfig names limits with letters, digits and
+// "_-.:/"); a name that would need one marks the fields unusable (a 0 byte
+// first), and no fields are sent rather than wrong ones.
+func appendFields(policy, limit []byte, l sluice.Limit, remaining int64, reset time.Duration) ([]byte, []byte) {
+	if len(limit) > 0 && limit[0] == 0 {
+		return policy, limit
+	}
+	for i := 0; i < len(l.Name); i++ {
+		if c := l.Name[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
+			return policy, append(limit[:0], 0)
+		}
+	}
+	if len(policy) > 0 {
+		policy, limit = append(policy, ", "...), append(limit, ", "...)
+	}
+	q, w := int64(l.Quota), int64(l.Window/time.Second)
+	if w < 1 || float64(q) != l.Quota || l.Window%time.Second != 0 {
+		// Not whole units per whole seconds: the rate over the next whole
+		// second, rounded down, as httplimit writes it.
+		w = max(1, int64((l.Window+time.Second-1)/time.Second))
+		q = int64(l.Quota * float64(time.Duration(w)*time.Second) / float64(l.Window))
+	}
+	policy = append(policy, '"')
+	policy = append(policy, l.Name...)
+	policy = append(policy, `";q=`...)
+	policy = strconv.AppendInt(policy, q, 10)
+	policy = append(policy, ";w="...)
+	policy = strconv.AppendInt(policy, w, 10)
+	limit = append(limit, '"')
+	limit = append(limit, l.Name...)
+	limit = append(limit, `";r=`...)
+	limit = strconv.AppendInt(limit, remaining, 10)
+	if reset != ratelimitheader.NoReset {
+		limit = append(limit, ";t="...)
+		limit = strconv.AppendInt(limit, int64(reset/time.Second), 10)
+	}
+	return policy, limit
 }
