@@ -10,7 +10,7 @@ BENCHTIME ?= 1s
 COUNT     ?= 6
 OUT       := bench/out
 
-.PHONY: test lint fuzz fuzz-edge bench bench-memory bench-redis bench-http bench-gateway fault help
+.PHONY: test lint fuzz fuzz-edge bench bench-memory bench-redis bench-http bench-gateway bench-rls fault help
 
 help:
 	@echo "make test          the tests, with -race and -shuffle (the README's test command)"
@@ -22,6 +22,7 @@ help:
 	@echo "make bench-redis   decisions/s on Redis against redis_rate and redis-benchmark's ceiling"
 	@echo "make bench-http    the HTTP middleware against go-chi/httprate and go-limiter's httplimit"
 	@echo "make bench-gateway sluice gateway against a plain httputil.ReverseProxy, with wrk (ROUNDS, DURATION)"
+	@echo "make bench-rls     sluice serve (memory, Redis) against envoyproxy/ratelimit, gubernator and a do-nothing RLS server (ROUNDS, DURATION)"
 	@echo "make fault         the Redis outage run with the issue's bounds (timeout + 10 ms)"
 
 test:
@@ -72,3 +73,6 @@ bench-http:
 bench-gateway:
 	mkdir -p $(OUT)
 	bench/gateway.sh | tee $(OUT)/gateway.txt
+
+bench-rls:
+	bench/rls.sh

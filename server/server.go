@@ -80,6 +80,9 @@ type Options struct {
 	Watch []string
 	// HTTPAddr, GRPCAddr, AdminAddr: the listeners. Defaults on loopback.
 	HTTPAddr, GRPCAddr, AdminAddr string
+	// Limiter, when set, decides (a store the caller opened and closes);
+	// otherwise the server opens Redis or the memory store.
+	Limiter sluice.Limiter
 	// Redis, when set, is the Redis address (several, comma-separated: a
 	// Cluster); the memory store otherwise.
 	Redis string
@@ -188,6 +191,9 @@ func or(a, b string) string {
 }
 
 func (s *Server) openStore() (sluice.Limiter, error) {
+	if s.opts.Limiter != nil {
+		return s.opts.Limiter, nil
+	}
 	if s.opts.Redis == "" {
 		m, err := memstore.New(memstore.Options{})
 		if err != nil {

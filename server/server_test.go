@@ -19,6 +19,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/server"
 )
 
@@ -363,5 +365,68 @@ func TestLoaderReadsFailurePolicies(t *testing.T) {
 	}
 	if len(l.FailurePolicies) != 1 || l.FailurePolicies["edge.api_key"] != "fail_closed" {
 		t.Fatalf("%v", l.FailurePolicies)
+	}
+}
+
+// slow is a real store whose decisions wait until released: calls in
+// flight when the server is asked to stop.
+type slow struct {
+	*memstore.Store
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (s *slow) Allow(ctx context.Context, key string, l sluice.Limit, cost float64) (sluice.Decision, error) {
+	s.entered <- struct{}{}
+	<-s.release
+	return s.Store.Allow(ctx, key, l, cost)
+}
+
+// A shutdown drains: a call in flight is answered, then Run returns.
+func TestShutdownDrains(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "edge.yaml"), []byte(config(5)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ms, err := memstore.New(memstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ms.Close()
+	st := &slow{Store: ms, entered: make(chan struct{}), release: make(chan struct{})}
+	s, err := server.New(server.Options{Load: server.EnvoyLoader(dir), Limiter: st, HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx, nil) }()
+	conn, err := grpc.NewClient(s.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	answered := make(chan error, 1)
+	go func() {
+		resp, err := rlpb.NewRateLimitServiceClient(conn).ShouldRateLimit(context.Background(), request("k"))
+		if err == nil && resp.OverallCode != rlpb.RateLimitResponse_OK {
+			err = fmt.Errorf("%v", resp)
+		}
+		answered <- err
+	}()
+	<-st.entered
+	cancel() // stop while the call is in flight
+	select {
+	case err := <-done:
+		t.Fatalf("Run returned (%v) with a call in flight", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(st.release)
+	if err := <-answered; err != nil {
+		t.Fatalf("the call in flight: %v", err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
 	}
 }
