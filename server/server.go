@@ -20,6 +20,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"strings"
 	"sync"
@@ -173,7 +174,7 @@ func New(opts Options) (*Server, error) {
 		WriteTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 16 << 10,
 		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
 	s.admin = &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
-		WriteTimeout: 10 * time.Second, MaxHeaderBytes: 16 << 10}
+		WriteTimeout: 2 * time.Minute, MaxHeaderBytes: 16 << 10} // a CPU profile takes its seconds
 	for i, a := range []string{or(opts.GRPCAddr, DefaultGRPCAddr), or(opts.HTTPAddr, DefaultHTTPAddr), or(opts.AdminAddr, DefaultAdminAddr)} {
 		if s.lns[i], err = net.Listen("tcp", a); err != nil {
 			return nil, fmt.Errorf("server: listen %s: %w", a, err)
@@ -399,7 +400,7 @@ func writeJSONError(w http.ResponseWriter, code int, msg string) {
 // configuration in force), POST /admin/reload, GET /admin/keys (a
 // descriptor's counter, spending nothing), POST /admin/keys/reset (forget
 // it), GET /admin/tenants (the heaviest counters, as pseudonyms), POST
-// /admin/tenants/reset.
+// /admin/tenants/reset, and /debug/pprof/ (profiles).
 func (s *Server) adminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /admin/config", func(w http.ResponseWriter, _ *http.Request) {
@@ -440,6 +441,11 @@ func (s *Server) adminHandler() http.Handler {
 		}
 		w.WriteHeader(http.StatusNoContent)
 	})
+	// Profiles of the running service (net/http/pprof), behind the token
+	// like every admin route.
+	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	mux.HandleFunc("GET /admin/tenants", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(s.metrics.TopTenants(20))

@@ -153,7 +153,7 @@ func TestAdminNeedsTheToken(t *testing.T) {
 	f := start(t, map[string]string{"edge.yaml": config(2)})
 	admin := "http://" + f.s.AdminAddr()
 	routes := []struct{ method, path string }{{"GET", "/admin/config"}, {"POST", "/admin/reload"}, {"GET", "/admin/keys?domain=edge&entry=api_key=k"},
-		{"POST", "/admin/keys/reset?domain=edge&entry=api_key=k"}, {"GET", "/admin/tenants"}, {"POST", "/admin/tenants/reset"}, {"GET", "/admin/nothing"}}
+		{"POST", "/admin/keys/reset?domain=edge&entry=api_key=k"}, {"GET", "/debug/pprof/"}, {"GET", "/admin/tenants"}, {"POST", "/admin/tenants/reset"}, {"GET", "/admin/nothing"}}
 	for _, r := range routes {
 		for _, auth := range []string{"", "Bearer wrong-token-of-length", token, "Basic " + token} {
 			if code, _ := httpDo(t, r.method, admin+r.path, "", "Authorization", auth); code != 401 {
@@ -229,9 +229,9 @@ func TestReloadUnderLoad(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var calls, failed atomic.Int64
 	var wg sync.WaitGroup
-	for w := range 8 {
+	for w := range 16 {
 		wg.Go(func() {
-			tick := time.NewTicker(4 * time.Millisecond) // 8 × 250/s
+			tick := time.NewTicker(8 * time.Millisecond) // 16 × 125/s
 			defer tick.Stop()
 			for i := 0; ; i++ {
 				select {
