@@ -62,3 +62,10 @@ func (c *denyCache) put(key string, cost int64, d sluice.Decision, now time.Time
 	}
 	c.entries[key] = denied{until: now.Add(d.RetryAfter), cost: cost, d: d}
 }
+
+// forget drops key's cached rejection (its state was reset).
+func (c *denyCache) forget(key string) {
+	c.mu.Lock()
+	delete(c.entries, key)
+	c.mu.Unlock()
+}

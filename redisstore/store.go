@@ -447,6 +447,9 @@ func (s *Store) inspect(ctx context.Context, op byte, key string, limit sluice.L
 	if err := s.run(ctx, op, sluice.AllOrNothing, []request{r}, res[:]); err != nil {
 		return sluice.State{}, err
 	}
+	if op == 'x' && s.deny != nil {
+		s.deny.forget(r.key) // its rejections no longer hold
+	}
 	return sluice.State{Remaining: units.ToCost(res[0].remaining), ResetAfter: time.Duration(res[0].reset) * time.Microsecond}, nil
 }
 

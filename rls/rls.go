@@ -150,7 +150,8 @@ type check struct {
 	limit sluice.Limit
 	key   string
 	cost  float64
-	slot  int // its request in the limiter call (descriptors with the same limit and key share one)
+	slot  int  // its request in the limiter call (descriptors with the same limit and key share one)
+	peek  bool // hits_addend 0: report the state, spend nothing
 }
 
 // ShouldRateLimit decides every descriptor of req; see the package
@@ -196,18 +197,18 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlpb.RateLimitReques
 			unlimited[i] = true
 			continue
 		}
-		hits := uint64(req.HitsAddend)
+		hits := max(uint64(req.HitsAddend), 1)
+		peek := false
 		if h := d.GetHitsAddend(); h != nil {
-			hits = h.GetValue()
-		}
-		if hits == 0 {
-			hits = 1
+			// A descriptor's own hits_addend, even 0: a check that spends
+			// nothing (as envoyproxy/ratelimit reads it).
+			hits, peek = h.GetValue(), h.GetValue() == 0
 		}
 		keyed := es
 		if rule.KeyEntries != nil {
 			keyed = rule.KeyEntries
 		}
-		checks[i] = check{rule: rule, limit: rule.Limit, key: storeKey(req.Domain, keyed), cost: float64(hits)}
+		checks[i] = check{rule: rule, limit: rule.Limit, key: storeKey(req.Domain, keyed), cost: float64(hits), peek: peek}
 	}
 	for i := range checks {
 		if r := checks[i].rule; r != nil && r.Name != "" && replaced[r.Name] {
@@ -215,8 +216,17 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlpb.RateLimitReques
 		}
 	}
 	var single sluice.Decision
+	start := time.Now()
 	decisions, err := s.decide(ctx, checks, &single)
+	latency := time.Since(start)
 	if err != nil {
+		if s.obs != nil && status.Code(err) == codes.Unavailable {
+			for i := range checks {
+				if c := &checks[i]; c.rule != nil {
+					s.obs.Observe(enforce.Event{Rule: c.limit.Name, Outcome: enforce.Failed, Latency: latency, Tenant: tenant(c.key), Cost: c.cost, Err: err})
+				}
+			}
+		}
 		return nil, err
 	}
 	resp := &rlpb.RateLimitResponse{OverallCode: rlpb.RateLimitResponse_OK, Statuses: make([]*rlpb.RateLimitResponse_DescriptorStatus, n)}
@@ -234,7 +244,12 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlpb.RateLimitReques
 			continue
 		}
 		d := single
-		if decisions != nil {
+		switch {
+		case c.peek:
+			if d, err = s.peek(ctx, c); err != nil {
+				return nil, err
+			}
+		case decisions != nil:
 			d = decisions[c.slot]
 		}
 		st.CurrentLimit = &rlpb.RateLimitResponse_RateLimit{Name: c.rule.Name, RequestsPerUnit: c.rule.RequestsPerUnit, Unit: c.rule.Unit}
@@ -254,10 +269,10 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlpb.RateLimitReques
 				resp.OverallCode = rlpb.RateLimitResponse_OVER_LIMIT
 			}
 		}
-		if s.obs != nil {
-			s.obs.Observe(enforce.Event{Rule: c.limit.Name, Outcome: outcome, Tenant: tenant(c.key), Cost: c.cost})
+		if s.obs != nil && !c.peek {
+			s.obs.Observe(enforce.Event{Rule: c.limit.Name, Outcome: outcome, Latency: latency, Tenant: tenant(c.key), Cost: c.cost})
 		}
-		if s.headers {
+		if s.headers && !c.rule.ShadowMode { // a shadow limit must not make clients wait
 			t := reset.Round(time.Second)
 			if t < reset {
 				t += time.Second
@@ -283,7 +298,7 @@ func (s *Service) decide(ctx context.Context, checks []check, single *sluice.Dec
 	var reqs []sluice.Request
 	for i := range checks {
 		c := &checks[i]
-		if c.rule == nil {
+		if c.rule == nil || c.peek {
 			continue
 		}
 		c.slot = -1
@@ -390,6 +405,21 @@ func tenant(key string) string {
 		b[4+i] = hexDigits[h>>(60-4*i)&0xf]
 	}
 	return string(b[:])
+}
+
+// peek is a check that spends nothing: the state as it is, reported as an
+// allowed decision (nothing was asked for). Without a sluice.Inspector the
+// limiter cannot be read, and the check says nothing about the state.
+func (s *Service) peek(ctx context.Context, c *check) (sluice.Decision, error) {
+	in, ok := s.limiter.(sluice.Inspector)
+	if !ok {
+		return sluice.Decision{Allowed: true, Remaining: c.limit.Capacity()}, nil
+	}
+	st, err := in.Peek(ctx, c.key, c.limit)
+	if err != nil {
+		return sluice.Decision{}, status.Errorf(codes.Unavailable, "rls: the limiter failed: %v", err)
+	}
+	return sluice.Decision{Allowed: true, Remaining: st.Remaining, ResetAfter: st.ResetAfter}, nil
 }
 
 // ErrNoLimit: no limit applies to the descriptor (no rule matches it, its

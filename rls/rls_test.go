@@ -198,6 +198,22 @@ func TestHitsAddend(t *testing.T) {
 	if resp := f.ask(t, 1, d); resp.OverallCode != rlpb.RateLimitResponse_OK {
 		t.Fatalf("a rejection spent its hits: %v", resp)
 	}
+	// A descriptor's hits_addend of 0 checks without spending.
+	check := desc("api_key", "k")
+	check.HitsAddend = wrapperspb.UInt64(0)
+	for range 3 {
+		if resp := f.ask(t, 5, check); resp.OverallCode != rlpb.RateLimitResponse_OK || resp.Statuses[0].LimitRemaining != 0 || resp.Statuses[0].CurrentLimit == nil {
+			t.Fatalf("hits_addend 0 on an exhausted key: %v", resp)
+		}
+	}
+	fresh := desc("api_key", "never-spent")
+	fresh.HitsAddend = wrapperspb.UInt64(0)
+	if resp := f.ask(t, 1, fresh); resp.Statuses[0].LimitRemaining != 3 {
+		t.Fatalf("hits_addend 0 on a fresh key: %v", resp)
+	}
+	if resp := f.ask(t, 1, desc("api_key", "never-spent")); resp.Statuses[0].LimitRemaining != 2 {
+		t.Fatalf("the checks spent: %v", resp)
+	}
 }
 
 // Several descriptors: each its own status, independent (one over its
@@ -288,7 +304,7 @@ func TestResponseHeaders(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, nil, true)
 	f.clock.Add(15 * time.Second)
-	resp := f.ask(t, 0, desc("api_key", "h"), desc("internal", "x"))
+	resp := f.ask(t, 0, desc("api_key", "h"), desc("internal", "x"), desc("ip", "10.0.0.9")) // ip: shadow mode, no fields
 	got := map[string]string{}
 	for _, h := range resp.ResponseHeadersToAdd {
 		got[h.Key] = h.Value

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -24,18 +25,27 @@ func EnvoyLoader(path string) Loader {
 		if err != nil {
 			return Loaded{}, err
 		}
-		c, err := envoyconfig.LoadFiles(files...)
-		if err != nil {
-			return Loaded{}, err
-		}
+		// Each file is read once: the version is the hash of the very
+		// bytes parsed (a file replaced between two reads would give a
+		// version that does not describe the rules in force).
 		h := sha256.New()
+		domains := make([]*envoyconfig.Domain, 0, len(files))
 		for _, f := range files {
-			b, err := os.ReadFile(f)
+			b, err := readConfig(f)
 			if err != nil {
 				return Loaded{}, err
 			}
 			fmt.Fprintf(h, "%s\x00%d\x00", filepath.Base(f), len(b))
 			h.Write(b)
+			d, err := envoyconfig.Parse(f, b)
+			if err != nil {
+				return Loaded{}, err
+			}
+			domains = append(domains, d)
+		}
+		c, err := envoyconfig.New(domains...)
+		if err != nil {
+			return Loaded{}, err
 		}
 		policies := map[string]string{}
 		for _, d := range c.Domains() {
@@ -77,4 +87,21 @@ func ConfigFiles(path string) ([]string, error) {
 	}
 	slices.Sort(files)
 	return files, nil
+}
+
+// readConfig reads a configuration file, at most envoyconfig.MaxFileSize.
+func readConfig(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, envoyconfig.MaxFileSize+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > envoyconfig.MaxFileSize {
+		return nil, fmt.Errorf("%s: larger than %d bytes", path, envoyconfig.MaxFileSize)
+	}
+	return b, nil
 }

@@ -95,6 +95,10 @@ type Options struct {
 	AdminToken string
 	// MaxDescriptors per request. Default rls.DefaultMaxDescriptors.
 	MaxDescriptors int
+	// NoResponseHeaders leaves out the RateLimit-Policy and RateLimit
+	// fields the service otherwise asks Envoy to add to responses
+	// (envoyproxy/ratelimit adds none by default).
+	NoResponseHeaders bool
 	// Logger receives events (never a key or a descriptor's value).
 	Logger *slog.Logger
 	// ShutdownTimeout bounds the drain of calls in flight. Default 10 s.
@@ -120,6 +124,7 @@ type Server struct {
 	admin    *http.Server
 	lns      [3]net.Listener // grpc, http, admin
 	watcher  *fsnotify.Watcher
+	watched  map[string]bool // base names of watched files (not directories)
 	closers  []func() error
 }
 
@@ -163,7 +168,7 @@ func New(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	if s.svc, err = rls.New(rls.Options{Limiter: limiter, Config: &s.matcher, Observer: s.metrics, Headers: true, MaxDescriptors: opts.MaxDescriptors}); err != nil {
+	if s.svc, err = rls.New(rls.Options{Limiter: limiter, Config: &s.matcher, Observer: s.metrics, Headers: !opts.NoResponseHeaders, MaxDescriptors: opts.MaxDescriptors}); err != nil {
 		return nil, err
 	}
 	s.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(MaxMessage), grpc.ConnectionTimeout(5*time.Second))
@@ -358,8 +363,11 @@ func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
-	if err != nil {
+	if tooLarge := (*http.MaxBytesError)(nil); errors.As(err, &tooLarge) {
 		writeJSONError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("a request is at most %d bytes", MaxBody))
+		return
+	} else if err != nil {
+		writeJSONError(w, http.StatusBadRequest, "reading the request: "+err.Error())
 		return
 	}
 	var req rlpb.RateLimitRequest
@@ -392,6 +400,7 @@ func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
 }
 
 func writeJSONError(w http.ResponseWriter, code int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(map[string]string{"error": msg})
 }

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/server"
 )
@@ -428,5 +429,56 @@ func TestShutdownDrains(t *testing.T) {
 	}
 	if err := <-done; err != nil {
 		t.Fatalf("Run: %v", err)
+	}
+}
+
+// on_failure applies end to end, also to a rule whose full key carries the
+// request's values (detailed_metric): Redis gone, the fail_closed rule
+// refuses while the server's default (fail_open) lets the other through.
+func TestOnFailureWithRedisDown(t *testing.T) {
+	t.Parallel()
+	redis := redistest.StartServer(t)
+	dir := t.TempDir()
+	file := `domain: edge
+descriptors:
+  - key: api_key
+    detailed_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 100, on_failure: fail_closed}
+  - key: ip
+    rate_limit: {unit: minute, requests_per_unit: 100}
+`
+	if err := os.WriteFile(filepath.Join(dir, "edge.yaml"), []byte(file), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err := server.New(server.Options{Load: server.EnvoyLoader(dir), Redis: redis.Addr(), HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx, nil) }()
+	defer func() { cancel(); <-done }()
+	conn, err := grpc.NewClient(s.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := rlpb.NewRateLimitServiceClient(conn)
+	ask := func(key, value string) rlpb.RateLimitResponse_Code {
+		resp, err := client.ShouldRateLimit(context.Background(), &rlpb.RateLimitRequest{Domain: "edge", Descriptors: []*commonrl.RateLimitDescriptor{{Entries: []*commonrl.RateLimitDescriptor_Entry{{Key: key, Value: value}}}}})
+		if err != nil {
+			t.Fatalf("%s: %v", key, err)
+		}
+		return resp.OverallCode
+	}
+	if ask("api_key", "a") != rlpb.RateLimitResponse_OK || ask("ip", "b") != rlpb.RateLimitResponse_OK {
+		t.Fatal("Redis up: not OK")
+	}
+	redis.Kill()
+	if got := ask("api_key", "c"); got != rlpb.RateLimitResponse_OVER_LIMIT {
+		t.Errorf("fail_closed rule, Redis down: %v, want OVER_LIMIT", got)
+	}
+	if got := ask("ip", "d"); got != rlpb.RateLimitResponse_OK {
+		t.Errorf("default (fail_open) rule, Redis down: %v, want OK", got)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -27,10 +28,12 @@ func (s *Server) startWatching() {
 		s.log.Error("cannot watch the configuration; SIGHUP still reloads", "err", err)
 		return
 	}
+	s.watched = map[string]bool{}
 	for _, p := range s.opts.Watch {
 		dir := p
 		if fi, err := os.Stat(p); err != nil || !fi.IsDir() {
 			dir = filepath.Dir(p)
+			s.watched[filepath.Base(p)] = true // only this file of its directory
 		}
 		if err := w.Add(dir); err != nil {
 			s.log.Error("cannot watch the configuration; SIGHUP still reloads", "path", dir, "err", err)
@@ -56,12 +59,14 @@ func (s *Server) watch(ctx context.Context, hup <-chan struct{}) {
 			return
 		case <-hup:
 			_ = s.Reload()
-		case _, ok := <-events:
+		case e, ok := <-events:
 			if !ok {
 				events = nil
 				continue
 			}
-			timer.Reset(settle)
+			if s.concerns(e.Name) {
+				timer.Reset(settle)
+			}
 		case err, ok := <-errs:
 			if !ok {
 				errs = nil
@@ -72,4 +77,16 @@ func (s *Server) watch(ctx context.Context, hup <-chan struct{}) {
 			_ = s.Reload()
 		}
 	}
+}
+
+// concerns reports whether a change of path can change the configuration:
+// a watched file, a YAML file of a watched directory, or a ConfigMap's
+// ..data link. Other files of the directories (an editor's swap file, a
+// log) do not delay or trigger reloads.
+func (s *Server) concerns(path string) bool {
+	base := filepath.Base(path)
+	if len(s.watched) > 0 && s.watched[base] {
+		return true
+	}
+	return strings.HasPrefix(base, "..data") || strings.HasSuffix(base, ".yaml") || strings.HasSuffix(base, ".yml")
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"regexp"
 
 	"go.yaml.in/yaml/v3"
 
@@ -102,9 +103,14 @@ func isEnvoyConfig(path string) bool {
 		return false
 	}
 	var top map[string]any
-	if yaml.Unmarshal(b, &top) != nil {
-		return false
+	if yaml.Unmarshal(b, &top) == nil {
+		_, domain := top["domain"]
+		_, descriptors := top["descriptors"]
+		return domain || descriptors
 	}
-	_, ok := top["domain"]
-	return ok
+	// Not YAML that decodes as a mapping: a top-level "domain:" line still
+	// says whose it is, so that its errors come from the right parser.
+	return envoyDomainLine.Match(b)
 }
+
+var envoyDomainLine = regexp.MustCompile(`(?m)^domain\s*:`)

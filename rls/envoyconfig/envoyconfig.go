@@ -207,7 +207,7 @@ type Rule struct {
 	// FailLocal, or "" (the store's default).
 	OnFailure string
 
-	limitName string // limitName(FullKey), computed once
+	limitName string // limitName of the configured full key: the same for every request
 }
 
 // blockQuota stands for requests_per_unit 0: the smallest quota sluice
@@ -216,11 +216,14 @@ type Rule struct {
 const blockQuota = 0.000001
 
 // Limit returns the sluice limit enforcing the rule, and false for an
-// unlimited rule, which has none. The limit is named by FullKey: as is when
-// FullKey is at most sluice.MaxNameLen bytes of letters, digits and "_-.:/";
-// otherwise with every other byte replaced by "_", cut to 111 bytes and
-// followed by ":" and 16 hex digits of the FNV-64a hash of FullKey, so that
-// different keys keep different names in every process. Quota is
+// unlimited rule, which has none. The limit is named by the configured
+// rule's full key — not the request's (detailed_metric, value_to_metric):
+// one limit per rule, whatever the values — or, for an Override, by the
+// domain and the entries' keys ("domain.override.k1.k2"): as is when it is
+// at most sluice.MaxNameLen bytes of letters, digits and "_-.:/"; otherwise
+// with every other byte replaced by "_", cut to 111 bytes and followed by
+// ":" and 16 hex digits of its FNV-64a hash, so that different keys keep
+// different names in every process. Quota is
 // RequestsPerUnit — or, for 0, which envoy's ratelimit uses to refuse every
 // request, 0.000001 (the least sluice accepts): every cost of a whole
 // request exceeds it. A rule read from a file always yields a limit that

@@ -121,8 +121,11 @@ func (c *Config) Match(domain string, entries []Entry) (*Rule, bool) {
 	r := *found
 	r.SharePatterns = patterns
 	if !same {
+		// The full key (the stats key) carries the request's values; the
+		// limit keeps the configured rule's name, so that the limits of a
+		// rule stay one per rule whatever the values (the counter is per
+		// descriptor anyway).
 		r.FullKey = string(b)
-		r.limitName = limitName(r.FullKey)
 	}
 	return &r, true
 }
@@ -152,5 +155,15 @@ func (c *Config) Override(domain string, entries []Entry, requestsPerUnit uint32
 		}
 	}
 	full := b.String()
-	return &Rule{FullKey: full, Unit: unit, RequestsPerUnit: requestsPerUnit, Algorithm: sluice.FixedWindow, Window: unit.Duration(), limitName: limitName(full)}, true
+	// The limit is named by the domain and the entries' keys, not their
+	// values: one name per kind of descriptor (the counter is per
+	// descriptor, and the quota and unit are in the limit's parameters).
+	var n strings.Builder
+	n.WriteString(domain)
+	n.WriteString(".override")
+	for _, e := range entries {
+		n.WriteByte('.')
+		n.WriteString(e.Key)
+	}
+	return &Rule{FullKey: full, Unit: unit, RequestsPerUnit: requestsPerUnit, Algorithm: sluice.FixedWindow, Window: unit.Duration(), limitName: limitName(n.String())}, true
 }

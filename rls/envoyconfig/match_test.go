@@ -345,8 +345,14 @@ func TestMatchDoesNotChangeTheConfig(t *testing.T) {
 	b, _ := c.Match("d", es("k=b"))
 	la, _ := a.Limit()
 	lb, _ := b.Limit()
-	if a.FullKey != "d.k_a" || b.FullKey != "d.k_b" || la.Name != "d.k_a" || lb.Name != "d.k_b" {
+	// The full key (stats) carries the value; the limit keeps the
+	// configured rule's name, one per rule whatever the values.
+	if a.FullKey != "d.k_a" || b.FullKey != "d.k_b" || la.Name != "d.k" || lb.Name != "d.k" {
 		t.Fatalf("got %q (%q) and %q (%q)", a.FullKey, la.Name, b.FullKey, lb.Name)
+	}
+	configured := c.Domains()[0].Rules()[0]
+	if configured.FullKey != "d.k" || a == configured || b == configured {
+		t.Fatalf("the configured rule changed or was returned adjusted: %+v", configured)
 	}
 }
 
@@ -357,6 +363,9 @@ func TestOverride(t *testing.T) {
 	if r, ok := c.Override("foo_domain", nil, 10, envoyconfig.UnitDay); ok {
 		t.Fatalf("unknown domain: %+v", r)
 	}
+	// The full key is theirs; the limit is named by the domain and the
+	// entries' keys (one name per kind of descriptor, whatever the values).
+	const name = "test-domain.override.key1.subkey1"
 	for _, tc := range []struct {
 		entries []envoyconfig.Entry
 		rpu     uint32
@@ -373,7 +382,7 @@ func TestOverride(t *testing.T) {
 			t.Fatalf("%v: no rule", tc.entries)
 		}
 		l, _ := r.Limit()
-		want := sluice.Limit{Name: tc.want, Algorithm: sluice.FixedWindow, Quota: float64(tc.rpu), Window: tc.unit.Duration()}
+		want := sluice.Limit{Name: name, Algorithm: sluice.FixedWindow, Quota: float64(tc.rpu), Window: tc.unit.Duration()}
 		if r.FullKey != tc.want || r.RequestsPerUnit != tc.rpu || r.Unit != tc.unit || r.ShadowMode || r.Name != "" || l != want {
 			t.Errorf("%v: %+v, limit %+v; want %q, %+v", tc.entries, r, l, tc.want, want)
 		}
