@@ -95,10 +95,10 @@ type Options struct {
 	AdminToken string
 	// MaxDescriptors per request. Default rls.DefaultMaxDescriptors.
 	MaxDescriptors int
-	// NoResponseHeaders leaves out the RateLimit-Policy and RateLimit
-	// fields the service otherwise asks Envoy to add to responses
-	// (envoyproxy/ratelimit adds none by default).
-	NoResponseHeaders bool
+	// ResponseHeaders asks Envoy to add RateLimit-Policy and RateLimit
+	// (draft-11) to responses (envoyproxy/ratelimit adds none by default;
+	// they cost about 8 % of the throughput).
+	ResponseHeaders bool
 	// Logger receives events (never a key or a descriptor's value).
 	Logger *slog.Logger
 	// ShutdownTimeout bounds the drain of calls in flight. Default 10 s.
@@ -168,7 +168,7 @@ func New(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	if s.svc, err = rls.New(rls.Options{Limiter: limiter, Config: &s.matcher, Observer: s.metrics, Headers: !opts.NoResponseHeaders, MaxDescriptors: opts.MaxDescriptors}); err != nil {
+	if s.svc, err = rls.New(rls.Options{Limiter: limiter, Config: &s.matcher, Observer: s.metrics, Headers: opts.ResponseHeaders, MaxDescriptors: opts.MaxDescriptors}); err != nil {
 		return nil, err
 	}
 	s.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(MaxMessage), grpc.ConnectionTimeout(5*time.Second))

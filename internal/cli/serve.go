@@ -24,7 +24,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	failure := fs.String("on-redis-failure", "fail_open", "what a decision is when Redis cannot answer: fail_open, fail_closed or fail_local")
 	tokenFile := fs.String("admin-token-file", "", "a file holding the admin token (without it, the admin API answers 401 to everything)")
 	maxDesc := fs.Int("max-descriptors", 0, "descriptors per request at most (default 64)")
-	headers := fs.Bool("response-headers", true, "ask Envoy to add RateLimit-Policy and RateLimit to responses (false: as envoyproxy/ratelimit, none)")
+	headers := fs.Bool("response-headers", false, "ask Envoy to add RateLimit-Policy and RateLimit (draft-11) to responses (off by default, as envoyproxy/ratelimit)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: sluice serve --config FILE|DIR [flags]\n\nThe decision service: Envoy's rate limit service (RLS v3) over gRPC, a drop-in for\nenvoyproxy/ratelimit that reads its configuration files unchanged, and the same decisions\nas JSON over HTTP. Reloads on SIGHUP and when the files change; logs JSON to stderr;\ndrains and stops on SIGINT or SIGTERM.\n\nFlags:")
 		fs.PrintDefaults()
@@ -53,7 +53,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	s, err := server.New(server.Options{
 		Load: server.EnvoyLoader(*path), Watch: []string{*path},
 		HTTPAddr: *httpAddr, GRPCAddr: *grpcAddr, AdminAddr: *adminAddr,
-		Redis: *redis, RedisPolicy: policy, AdminToken: token, MaxDescriptors: *maxDesc, NoResponseHeaders: !*headers, Logger: log,
+		Redis: *redis, RedisPolicy: policy, AdminToken: token, MaxDescriptors: *maxDesc, ResponseHeaders: *headers, Logger: log,
 	})
 	if err != nil {
 		fmt.Fprintln(stderr, "sluice serve:", err)
