@@ -1,10 +1,14 @@
 package enforce_test
 
 import (
+	"errors"
+	"math"
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/enforce"
 )
 
@@ -37,5 +41,33 @@ func TestPutIPKey(t *testing.T) {
 	}
 	if k := key("192.0.2.1/32"); !strings.HasPrefix(k, "ip:") || len(k) != enforce.IPKeyLen || k[19] != 32 {
 		t.Fatalf("%q", k)
+	}
+}
+
+func TestCheckRuleName(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		ok   bool
+	}{{"api", true}, {strings.Repeat("r", 64), true}, {"", false}, {strings.Repeat("r", 65), false}, {"tab\there", false}, {"é", false}} {
+		if err := enforce.CheckRuleName(c.name); (err == nil) != c.ok {
+			t.Errorf("%q: %v, want ok %v", c.name, err, c.ok)
+		}
+	}
+}
+
+func TestCompileQuota(t *testing.T) {
+	l := sluice.Limit{Name: "l", Quota: 10, Window: time.Second}
+	for _, c := range []struct {
+		cost float64
+		want string // "" for ok
+	}{{0, ""}, {1, ""}, {10, ""}, {2.5, ""}, {-1, "must be positive"}, {math.NaN(), "must be positive"}, {math.Inf(1), "must be positive"},
+		{1e-7, "resolution"}, {11, "exceeds the limit's capacity 10"}} {
+		_, err := enforce.CompileQuota(l, c.cost)
+		if (c.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), c.want)) {
+			t.Errorf("cost %v: %v, want %q", c.cost, err, c.want)
+		}
+	}
+	if _, err := enforce.CompileQuota(sluice.Limit{Name: "bad", Quota: -1, Window: time.Second}, 0); !errors.Is(err, sluice.ErrInvalidLimit) {
+		t.Errorf("an invalid limit: %v", err)
 	}
 }

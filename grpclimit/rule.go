@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"net/textproto"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/enforce"
@@ -145,16 +143,13 @@ type compiledQuota struct {
 	prefix string // what starts the key: the kind, so kinds never collide
 }
 
-// maxRuleName bounds a rule's name; maxMetadataName a metadata key's.
-const (
-	maxRuleName     = 64
-	maxMetadataName = 128
-)
+// maxMetadataName bounds a metadata key.
+const maxMetadataName = 128
 
 func compileRule(r Rule, principal bool) (compiledRule, error) {
 	c := compiledRule{Rule: r}
-	if r.Name == "" || len(r.Name) > maxRuleName || !printable(r.Name) {
-		return c, fmt.Errorf("rule %q: the name must be 1 to %d bytes of printable ASCII", r.Name, maxRuleName)
+	if err := enforce.CheckRuleName(r.Name); err != nil {
+		return c, err
 	}
 	var err error
 	if c.methods, err = compileMethods(r.Match.Methods); err != nil {
@@ -181,7 +176,7 @@ func compileRule(r Rule, principal bool) (compiledRule, error) {
 			}
 		}
 		c.quotas = append(c.quotas, cq)
-		policies = append(policies, policyOf(q.Limit))
+		policies = append(policies, ratelimitheader.PolicyOf(q.Limit))
 	}
 	if c.policyField, err = ratelimitheader.FormatPolicies(policies); err != nil {
 		return c, fmt.Errorf("rule %q: %w", r.Name, err)
@@ -191,22 +186,11 @@ func compileRule(r Rule, principal bool) (compiledRule, error) {
 
 func compileQuota(q Quota, principal bool) (compiledQuota, error) {
 	c := compiledQuota{Quota: q}
-	p, err := algo.Compile(q.Limit)
+	p, err := enforce.CompileQuota(q.Limit, q.Cost)
 	if err != nil {
 		return c, err
 	}
 	c.params = p
-	if q.Cost < 0 || math.IsNaN(q.Cost) || math.IsInf(q.Cost, 0) {
-		return c, fmt.Errorf("cost %v: must be positive (0 means 1)", q.Cost)
-	}
-	if q.Cost > 0 {
-		if _, err := p.Cost(q.Cost); err != nil {
-			return c, err
-		}
-		if capacity := q.Limit.Capacity(); q.Cost > capacity {
-			return c, fmt.Errorf("cost %v exceeds the limit's capacity %v: every call would be refused", q.Cost, capacity)
-		}
-	}
 	if q.CostMetadata != "" {
 		if q.CostFunc != nil {
 			return c, errors.New("set at most one of CostMetadata and CostFunc")
@@ -265,25 +249,4 @@ func metadataName(s string) (string, error) {
 		return "", fmt.Errorf("%q: grpc- keys are reserved by gRPC", s)
 	}
 	return l, nil
-}
-
-// policyOf is a limit as a ratelimit-policy member: a whole quota per whole
-// seconds, at the limit's rate (rounded down), as httplimit writes it; a
-// concurrency limit is a number of concurrent requests, with no window.
-func policyOf(l sluice.Limit) ratelimitheader.Policy {
-	if l.Algorithm == sluice.Concurrency {
-		return ratelimitheader.Policy{Name: l.Name, Quota: int64(l.Quota), Unit: "concurrent-requests"}
-	}
-	w := max(time.Second, (l.Window+time.Second-1)/time.Second*time.Second)
-	q := l.Quota * float64(w) / float64(l.Window)
-	return ratelimitheader.Policy{Name: l.Name, Quota: max(int64(q), 0), Window: w}
-}
-
-func printable(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] < 0x20 || s[i] > 0x7e {
-			return false
-		}
-	}
-	return true
 }

@@ -3,15 +3,12 @@ package httplimit
 import (
 	"errors"
 	"fmt"
-	"math"
 	"net/http"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/enforce"
-	"github.com/sluicehq/sluice/internal/algo"
 	"github.com/sluicehq/sluice/ratelimitheader"
 )
 
@@ -142,19 +139,15 @@ type compiledQuota struct {
 	header string // canonical header name, for Header keys
 	prefix string // what starts the key: the kind, so kinds never collide
 	field  string // what starts its member of the RateLimit field: `"name";r=`, after ", " but for the first
-	// q and w are the quota and window written in RateLimit-Policy:
-	// whole numbers, the rate kept (100 per 100 ms is q=1000;w=1).
+	// q is the quota written in RateLimit-Policy (and X-RateLimit-Limit):
+	// a whole number, the rate kept (100 per 100 ms is q=1000;w=1).
 	q int64
-	w time.Duration
 }
-
-// maxRuleName bounds a rule's name.
-const maxRuleName = 64
 
 func compileRule(r Rule, chargeable bool, principal bool) (compiledRule, error) {
 	c := compiledRule{Rule: r}
-	if r.Name == "" || len(r.Name) > maxRuleName || !printable(r.Name) {
-		return c, fmt.Errorf("rule %q: the name must be 1 to %d bytes of printable ASCII", r.Name, maxRuleName)
+	if err := enforce.CheckRuleName(r.Name); err != nil {
+		return c, err
 	}
 	var err error
 	if c.path, err = compilePattern(r.Match.Path); err != nil {
@@ -189,11 +182,7 @@ func compileRule(r Rule, chargeable bool, principal bool) (compiledRule, error) 
 		}
 		c.quotas = append(c.quotas, cq)
 		c.charges = c.charges || q.Charge != nil
-		p := ratelimitheader.Policy{Name: q.Limit.Name, Quota: cq.q, Window: cq.w}
-		if q.Limit.Algorithm == sluice.Concurrency {
-			p.Unit, p.Window = "concurrent-requests", 0
-		}
-		policies = append(policies, p)
+		policies = append(policies, ratelimitheader.PolicyOf(q.Limit))
 	}
 	field, err := ratelimitheader.FormatPolicies(policies)
 	if err != nil {
@@ -206,20 +195,9 @@ func compileRule(r Rule, chargeable bool, principal bool) (compiledRule, error) 
 
 func compileQuota(q Quota, chargeable, principal bool) (compiledQuota, error) {
 	c := compiledQuota{Quota: q}
-	p, err := algo.Compile(q.Limit)
+	p, err := enforce.CompileQuota(q.Limit, q.Cost)
 	if err != nil {
 		return c, err
-	}
-	if q.Cost < 0 || math.IsNaN(q.Cost) || math.IsInf(q.Cost, 0) {
-		return c, fmt.Errorf("cost %v: must be positive (0 means 1)", q.Cost)
-	}
-	if q.Cost > 0 {
-		if _, err := p.Cost(q.Cost); err != nil {
-			return c, err
-		}
-		if capacity := q.Limit.Capacity(); q.Cost > capacity {
-			return c, fmt.Errorf("cost %v exceeds the limit's capacity %v: every request would be refused", q.Cost, capacity)
-		}
 	}
 	if q.Charge != nil {
 		if !chargeable {
@@ -251,45 +229,19 @@ func compileQuota(q Quota, chargeable, principal bool) (compiledQuota, error) {
 	default:
 		return c, fmt.Errorf("unknown key kind %d", q.Key.Kind)
 	}
-	c.q, c.w = policyAmounts(q.Limit)
+	c.q = ratelimitheader.PolicyOf(q.Limit).Quota
 	return c, nil
-}
-
-// policyAmounts expresses a limit as whole numbers for RateLimit-Policy: a
-// quota per whole seconds, at the limit's rate (rounded down); for a
-// concurrency limit, its slots (and no window).
-func policyAmounts(l sluice.Limit) (int64, time.Duration) {
-	if l.Algorithm == sluice.Concurrency {
-		return int64(l.Quota), 0
-	}
-	return rateAmounts(l)
-}
-
-// rateAmounts is a rate limit's quota per whole seconds, at its rate.
-func rateAmounts(l sluice.Limit) (int64, time.Duration) {
-	w := max(time.Second, (l.Window+time.Second-1)/time.Second*time.Second)
-	q := l.Quota * float64(w) / float64(l.Window)
-	return max(int64(q), 0), w
 }
 
 // validHeaderName reports whether s is an RFC 9110 token, as a field name
 // must be.
 func validHeaderName(s string) bool {
-	if s == "" || len(s) > maxRuleName {
+	if s == "" || len(s) > enforce.MaxRuleName {
 		return false
 	}
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
-			return false
-		}
-	}
-	return true
-}
-
-func printable(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] < 0x20 || s[i] > 0x7e {
 			return false
 		}
 	}

@@ -486,19 +486,19 @@ func appendFields(policy, limit []byte, l sluice.Limit, remaining int64, reset t
 	if len(policy) > 0 {
 		policy, limit = append(policy, ", "...), append(limit, ", "...)
 	}
-	q, w := int64(l.Quota), int64(l.Window/time.Second)
-	if w < 1 || float64(q) != l.Quota || l.Window%time.Second != 0 {
-		// Not whole units per whole seconds: the rate over the next whole
-		// second, rounded down, as httplimit writes it.
-		w = max(1, int64((l.Window+time.Second-1)/time.Second))
-		q = int64(l.Quota * float64(time.Duration(w)*time.Second) / float64(l.Window))
-	}
+	p := ratelimitheader.PolicyOf(l)
 	policy = append(policy, '"')
 	policy = append(policy, l.Name...)
 	policy = append(policy, `";q=`...)
-	policy = strconv.AppendInt(policy, q, 10)
-	policy = append(policy, ";w="...)
-	policy = strconv.AppendInt(policy, w, 10)
+	policy = strconv.AppendInt(policy, p.Quota, 10)
+	if p.Unit != "" {
+		policy = append(policy, `;qu="`...)
+		policy = append(policy, p.Unit...)
+		policy = append(policy, '"')
+	} else {
+		policy = append(policy, ";w="...)
+		policy = strconv.AppendInt(policy, int64(p.Window/time.Second), 10)
+	}
 	limit = append(limit, '"')
 	limit = append(limit, l.Name...)
 	limit = append(limit, `";r=`...)
