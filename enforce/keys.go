@@ -3,6 +3,7 @@ package enforce
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"hash/maphash"
 	"net/netip"
 )
 
@@ -36,4 +37,20 @@ func PutIPKey(b *[IPKeyLen]byte, p netip.Prefix) {
 	a := p.Addr().As16()
 	copy(b[3:], a[:])
 	b[19] = byte(p.Bits())
+}
+
+// Pseudonym names a key for the heaviest-tenants view without revealing
+// it: kind, ":" and 16 hex digits of the key's hash under seed (a
+// per-process seed: the same key gives the same pseudonym in one process,
+// and nothing outside it can be matched against).
+func Pseudonym(seed maphash.Seed, kind, key string) string {
+	const hexDigits = "0123456789abcdef"
+	b := make([]byte, len(kind)+1+16)
+	copy(b, kind)
+	b[len(kind)] = ':'
+	h := maphash.String(seed, key)
+	for i := range 16 {
+		b[len(kind)+1+i] = hexDigits[h>>(60-4*i)&0xf]
+	}
+	return string(b)
 }

@@ -2,6 +2,7 @@ package enforce_test
 
 import (
 	"errors"
+	"hash/maphash"
 	"math"
 	"net/netip"
 	"strings"
@@ -69,5 +70,16 @@ func TestCompileQuota(t *testing.T) {
 	}
 	if _, err := enforce.CompileQuota(sluice.Limit{Name: "bad", Quota: -1, Window: time.Second}, 0); !errors.Is(err, sluice.ErrInvalidLimit) {
 		t.Errorf("an invalid limit: %v", err)
+	}
+}
+
+func TestPseudonym(t *testing.T) {
+	seed := maphash.MakeSeed()
+	a, b := enforce.Pseudonym(seed, "ip", "secret-key"), enforce.Pseudonym(seed, "ip", "other-key")
+	if a == b || a != enforce.Pseudonym(seed, "ip", "secret-key") || strings.Contains(a, "secret") || len(a) != len("ip:")+16 || !strings.HasPrefix(a, "ip:") {
+		t.Fatalf("%q %q", a, b)
+	}
+	if enforce.Pseudonym(maphash.MakeSeed(), "ip", "secret-key") == a {
+		t.Fatal("two seeds, one pseudonym")
 	}
 }

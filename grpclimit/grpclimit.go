@@ -38,7 +38,6 @@ package grpclimit
 
 import (
 	"context"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/maphash"
@@ -353,12 +352,7 @@ func (in *Interceptor) observe(ctx context.Context, method string, c *call, o en
 	if in.label != nil {
 		e.Tenant = in.label(ctx, method)
 	} else {
-		var b [8]byte
-		h := maphash.String(in.seed, c.keys[0])
-		for i := range b {
-			b[i] = byte(h >> (8 * i))
-		}
-		e.Tenant = c.rule.quotas[0].Key.Kind.String() + ":" + hex.EncodeToString(b[:])
+		e.Tenant = enforce.Pseudonym(in.seed, c.rule.quotas[0].Key.Kind.String(), c.keys[0])
 	}
 	in.observer.Observe(e)
 }

@@ -30,7 +30,6 @@ package httplimit
 
 import (
 	"context"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/maphash"
@@ -405,12 +404,7 @@ func (m *Middleware) observe(r *http.Request, req *request, o enforce.Outcome, l
 	if m.label != nil {
 		e.Tenant = m.label(r)
 	} else {
-		var b [8]byte
-		h := maphash.String(m.seed, req.keys[0])
-		for i := range b {
-			b[i] = byte(h >> (8 * i))
-		}
-		e.Tenant = req.rule.quotas[0].Key.Kind.String() + ":" + hex.EncodeToString(b[:])
+		e.Tenant = enforce.Pseudonym(m.seed, req.rule.quotas[0].Key.Kind.String(), req.keys[0])
 	}
 	m.observer.Observe(e)
 }

@@ -396,16 +396,7 @@ func storeKey(domain string, es []Entry) string {
 var seed = maphash.MakeSeed()
 
 // tenant is a pseudonym of a counter for the heaviest-tenants view.
-func tenant(key string) string {
-	var b [4 + 16]byte
-	copy(b[:], "rls:")
-	h := maphash.String(seed, key)
-	const hexDigits = "0123456789abcdef"
-	for i := range 16 {
-		b[4+i] = hexDigits[h>>(60-4*i)&0xf]
-	}
-	return string(b[:])
-}
+func tenant(key string) string { return enforce.Pseudonym(seed, "rls", key) }
 
 // peek is a check that spends nothing: the state as it is, reported as an
 // allowed decision (nothing was asked for). Without a sluice.Inspector the
