@@ -1,0 +1,393 @@
+package pace
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/units"
+	"github.com/sluicehq/sluice/ratelimitheader"
+)
+
+// The defaults of AdaptiveOptions: AWS's published constants for the CUBIC
+// rate control of its SDKs' adaptive retry mode.
+const (
+	DefaultBeta    = 0.7
+	DefaultC       = 0.4
+	DefaultMinRate = 0.5
+)
+
+// ceilingName and adaptiveName name the Pacer's own gates.
+const (
+	ceilingName  = "pace.ceiling"
+	adaptiveName = "pace.adaptive"
+)
+
+// AdaptiveOptions tune how a Pacer learns the target's limit from its answers
+// (Pacer.Feedback).
+//
+// Two sources teach it. The target's RateLimit-Policy (draft-11) states its
+// quotas: each becomes a learned limit, enforced like a configured one (a
+// TokenBucket of q per w, sliced), and each RateLimit member lowers the learned
+// limit of its name to what the target says is left (r). A target that sends
+// only RateLimit, or only X-RateLimit-*, is obeyed when it says nothing is
+// left: nothing is released until its reset.
+//
+// A throttled answer (429, or 503 with Retry-After) the Pacer did not foresee
+// starts the adaptive rate: CUBIC on the request rate, as AWS's SDKs do. The
+// rate drops to Beta × the rate that was throttled (the smaller of the rate
+// measured over the last second and the adaptive rate in force), then climbs
+// back along C·(t−K)³ + Wmax, K = ∛(Wmax·(1−Beta)/C): quickly at first,
+// flattening as it nears the rate that was throttled, where it spends most of
+// its time, then probing beyond it. CUBIC rather than AIMD: AIMD's halving and
+// linear climb average about 75 % of the limit, while CUBIC's plateau near the
+// last good rate keeps the average close to it. The climb never goes above
+// twice the measured rate (it would mean nothing), nor above Ceiling.
+type AdaptiveOptions struct {
+	// Ceiling is the most the Pacer ever releases, in cost units per second,
+	// whatever it learns: a configured limit of Ceiling per second. Default
+	// 0: none beyond Limits.
+	Ceiling float64
+	// Initial is the adaptive rate before any throttled answer, in cost
+	// units per second. Default 0: unlimited until the first one (the
+	// configured and learned limits still apply).
+	Initial float64
+	// MinRate is the floor of the adaptive rate, in cost units per second.
+	// Default DefaultMinRate.
+	MinRate float64
+	// Beta is CUBIC's multiplicative decrease, in (0, 1). Default
+	// DefaultBeta.
+	Beta float64
+	// C is CUBIC's scaling constant, positive. Default DefaultC.
+	C float64
+}
+
+func (a AdaptiveOptions) withDefaults() (AdaptiveOptions, error) {
+	bad := func(field string, v float64, why string) error {
+		return fmt.Errorf("%w: Adaptive.%s %v %s", ErrInvalidOptions, field, v, why)
+	}
+	ok := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) && v >= 0 && v <= maxRate }
+	switch {
+	case !ok(a.Ceiling):
+		return a, bad("Ceiling", a.Ceiling, fmt.Sprintf("is not a rate between 0 and %g per second", float64(maxRate)))
+	case !ok(a.Initial):
+		return a, bad("Initial", a.Initial, fmt.Sprintf("is not a rate between 0 and %g per second", float64(maxRate)))
+	case !ok(a.MinRate):
+		return a, bad("MinRate", a.MinRate, fmt.Sprintf("is not a rate between 0 and %g per second", float64(maxRate)))
+	case math.IsNaN(a.Beta) || a.Beta < 0 || a.Beta >= 1:
+		return a, bad("Beta", a.Beta, "is not in (0, 1)")
+	case math.IsNaN(a.C) || math.IsInf(a.C, 0) || a.C < 0:
+		return a, bad("C", a.C, "is not a positive number")
+	}
+	if a.MinRate == 0 {
+		a.MinRate = DefaultMinRate
+	}
+	if a.Beta == 0 {
+		a.Beta = DefaultBeta
+	}
+	if a.C == 0 {
+		a.C = DefaultC
+	}
+	if a.Ceiling > 0 && a.MinRate > a.Ceiling {
+		return a, bad("MinRate", a.MinRate, fmt.Sprintf("is above Ceiling %v", a.Ceiling))
+	}
+	if a.Ceiling > 0 && a.Initial > a.Ceiling {
+		a.Initial = a.Ceiling
+	}
+	return a, nil
+}
+
+// maxRate bounds every rate: a Limit's Quota must stay below about 4.5e9.
+const maxRate = 1e9
+
+// Feedback is what one answer of the target says about its limit.
+type Feedback struct {
+	// Sent is when the request was released; Received when its answer came.
+	// Zero Received means now.
+	Sent, Received time.Time
+	// Throttled reports an answer that refused the request for its rate:
+	// 429, or 503 with Retry-After.
+	Throttled bool
+	// Policies and Limits are the answer's RateLimit-Policy and RateLimit
+	// members, parsed by ratelimitheader.
+	Policies []ratelimitheader.Policy
+	Limits   []ratelimitheader.Limit
+	// Legacy holds the X-RateLimit-* fields when HasLegacy.
+	Legacy    ratelimitheader.Legacy
+	HasLegacy bool
+}
+
+// Feedback teaches the Pacer from one answer of the target: it learns the
+// limits the answer states, and adapts its rate to a throttled answer (see
+// AdaptiveOptions). Answers to requests released before the last decrease
+// count as throttled but do not decrease the rate again: they were sent at
+// the rate already corrected. Safe for concurrent use.
+func (p *Pacer) Feedback(f Feedback) {
+	if f.Received.IsZero() {
+		f.Received = time.Now()
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := f.Received.UnixMicro()
+	changed := p.learnLocked(f, now)
+	if f.Throttled {
+		p.stats.Throttled++
+		if f.Sent.IsZero() || !f.Sent.Before(p.ctrl.lastFail) {
+			measured := p.meter.rate(f.Received)
+			w := measured
+			if p.adaptive != nil {
+				w = min(w, p.adaptiveRate())
+			}
+			if w <= 0 {
+				// Nothing measured yet (the very first requests):
+				// start from the floor and climb.
+				w = p.aopts.MinRate
+			}
+			_ = p.setAdaptive(p.ctrl.decrease(w, f.Received), now)
+			changed = true
+		}
+	} else if p.adaptive != nil {
+		r := p.ctrl.at(f.Received)
+		if m := p.meter.rate(f.Received); m > 0 {
+			r = min(r, 2*m)
+		}
+		if cur := p.adaptiveRate(); math.Abs(r-cur) > cur/100 {
+			_ = p.setAdaptive(r, now)
+			changed = true
+		}
+	}
+	if changed {
+		p.pumpLocked()
+	}
+}
+
+// learnLocked applies what f states of the target's limits and reports
+// whether anything changed.
+func (p *Pacer) learnLocked(f Feedback, now int64) bool {
+	changed := false
+	for _, pol := range f.Policies {
+		if (pol.Unit != "" && pol.Unit != "requests") || pol.Quota <= 0 || pol.Window <= 0 {
+			continue // a unit the Pacer does not count, or nothing to learn
+		}
+		l := sluice.Limit{Name: learnedName(pol.Name), Quota: float64(pol.Quota), Window: pol.Window}
+		if l.Quota > maxRate*l.Window.Seconds() || l.Window > sluice.MaxWindow {
+			continue
+		}
+		g := p.learned[pol.Name]
+		if g != nil && g.params.Limit == l {
+			continue
+		}
+		if g == nil {
+			ng, err := newGate(l, now, false)
+			if err != nil {
+				continue
+			}
+			p.learned[pol.Name] = ng
+			p.order = append(p.order, pol.Name)
+		} else if err := g.retarget(l, now); err != nil {
+			continue
+		}
+		p.stats.Learned++
+		changed = true
+	}
+	if changed {
+		p.resliceLocked(now)
+	}
+	for _, lim := range f.Limits {
+		if lim.Remaining < 0 {
+			continue
+		}
+		if g := p.learned[lim.Name]; g != nil {
+			// r is written rounded down: the target has at least r and
+			// less than r+1. Lowering to r would lose the fraction at
+			// every answer of a client that keeps up with the limit (each
+			// says r=0); lowering to just under r+1 loses nothing and
+			// still catches another client spending the same quota.
+			left := int64(units.MaxAtoms)
+			if lim.Remaining < units.MaxAtoms/units.PerCost-1 {
+				left = (lim.Remaining+1)*units.PerCost - 1
+			}
+			g.lower(left, now)
+			changed = true
+			continue
+		}
+		if lim.Remaining == 0 && lim.Reset > 0 {
+			p.holdLocked(f.Received.Add(lim.Reset))
+			changed = true
+		}
+	}
+	if f.HasLegacy && f.Legacy.Remaining == 0 && f.Legacy.Reset > 0 {
+		p.holdLocked(f.Received.Add(f.Legacy.Reset))
+		changed = true
+	}
+	return changed
+}
+
+// learnedName is the Limit name of a learned policy (a policy name may hold
+// any printable character; a Limit name may not).
+func learnedName(policy string) string {
+	const allowed = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.:/"
+	b := []byte("learned:")
+	for i := 0; i < len(policy) && len(b) < sluice.MaxNameLen; i++ {
+		c := policy[i]
+		if !containsByte(allowed, c) {
+			c = '_'
+		}
+		b = append(b, c)
+	}
+	return string(b)
+}
+
+func containsByte(s string, c byte) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] == c {
+			return true
+		}
+	}
+	return false
+}
+
+// resliceLocked gives the fastest learned limit its slice gate (and takes it
+// from the others).
+func (p *Pacer) resliceLocked(now int64) {
+	var fastest *gate
+	for _, name := range p.order {
+		g := p.learned[name]
+		if fastest == nil || g.params.Limit.Window < fastest.params.Limit.Window {
+			fastest = g
+		}
+	}
+	for _, name := range p.order {
+		if g := p.learned[name]; g != fastest {
+			g.slicedBy = nil
+		}
+	}
+	if fastest == nil {
+		return
+	}
+	s := sliceOf(fastest.params.Limit, p.slice)
+	switch {
+	case s == nil:
+		fastest.slicedBy = nil
+	case fastest.slicedBy == nil:
+		if g, err := newGate(*s, now, true); err == nil {
+			fastest.slicedBy = g
+		}
+	case fastest.slicedBy.params.Limit != *s:
+		if err := fastest.slicedBy.retarget(*s, now); err != nil {
+			fastest.slicedBy = nil
+		}
+	}
+}
+
+func (p *Pacer) holdLocked(t time.Time) {
+	if t.After(p.holdUntil) {
+		p.holdUntil = t
+		p.stats.Holds++
+	}
+}
+
+// adaptiveRate is the adaptive gate's rate per second (+Inf when unlimited).
+func (p *Pacer) adaptiveRate() float64 {
+	if p.adaptive == nil {
+		return math.Inf(1)
+	}
+	l := p.adaptive.params.Limit
+	return l.Quota / l.Window.Seconds()
+}
+
+// setAdaptive sets the adaptive rate, within MinRate and Ceiling, sliced.
+func (p *Pacer) setAdaptive(rate float64, now int64) error {
+	rate = max(rate, p.aopts.MinRate)
+	if p.aopts.Ceiling > 0 {
+		rate = min(rate, p.aopts.Ceiling)
+	}
+	rate = min(rate, maxRate)
+	rate = math.Max(math.Round(rate*units.PerCost)/units.PerCost, 1.0/units.PerCost)
+	burst := max(rate*p.slice.Seconds(), 1)
+	burst = math.Round(burst*units.PerCost) / units.PerCost
+	l := sluice.Limit{Name: adaptiveName, Quota: rate, Window: time.Second, Burst: burst}
+	if p.adaptive == nil {
+		g, err := newGate(l, now, true)
+		if err != nil {
+			return err
+		}
+		p.adaptive = g
+		return nil
+	}
+	return p.adaptive.retarget(l, now)
+}
+
+// cubic is CUBIC's window function applied to a rate (RFC 9438 §4.2, as AWS's
+// SDKs use it for request rates).
+type cubic struct {
+	beta, c  float64
+	wmax, k  float64
+	lastFail time.Time
+}
+
+// decrease records a throttle at rate w, at t, and returns the new rate.
+func (c *cubic) decrease(w float64, t time.Time) float64 {
+	c.wmax = w
+	c.k = math.Cbrt(w * (1 - c.beta) / c.c)
+	c.lastFail = t
+	return w * c.beta
+}
+
+// at is the rate t after the last throttle.
+func (c *cubic) at(t time.Time) float64 {
+	d := t.Sub(c.lastFail).Seconds() - c.k
+	return c.c*d*d*d + c.wmax
+}
+
+// rateMeter measures a rate over the last second, in ten buckets.
+type rateMeter struct {
+	start   time.Time // first record
+	buckets [10]float64
+	last    int64 // bucket index (100 ms since the epoch) of the latest record
+}
+
+const meterBucket = 100 * time.Millisecond
+
+func (m *rateMeter) advance(t time.Time) int64 {
+	i := t.UnixNano() / int64(meterBucket)
+	if i > m.last {
+		for j := m.last + 1; j <= i && j <= m.last+int64(len(m.buckets)); j++ {
+			m.buckets[j%int64(len(m.buckets))] = 0
+		}
+		m.last = i
+	}
+	return i
+}
+
+func (m *rateMeter) add(t time.Time, cost float64) {
+	if m.start.IsZero() {
+		m.start = t
+		m.last = t.UnixNano() / int64(meterBucket)
+	}
+	i := m.advance(t)
+	if i < m.last-int64(len(m.buckets))+1 {
+		return // older than the window (a clock step back)
+	}
+	m.buckets[i%int64(len(m.buckets))] += cost
+}
+
+// rate is the cost recorded in the buckets of the last second, divided by
+// the time they cover up to t (from the first record, when that is more
+// recent; at least one bucket), per second.
+func (m *rateMeter) rate(t time.Time) float64 {
+	if m.start.IsZero() {
+		return 0
+	}
+	i := m.advance(t)
+	var sum float64
+	for _, b := range m.buckets {
+		sum += b
+	}
+	from := time.Unix(0, (i-int64(len(m.buckets))+1)*int64(meterBucket))
+	if m.start.After(from) {
+		from = m.start
+	}
+	return sum / max(t.Sub(from), meterBucket).Seconds()
+}

@@ -1,0 +1,26 @@
+// Package pace is the client side of a rate limit: it sends work to a
+// limited target at a controlled pace, instead of firing everything and
+// retrying what the target refuses (the seed's 10,000 records that become
+// 30,000 sends).
+//
+//   - Pacer releases work in first-come, first-served order when its cost fits
+//     every limit: the target's known limits (several windows at once, on the
+//     foundation's exact algorithms), released in small slices (20 every
+//     200 ms rather than 100 each second); a concurrency cap; the limits it
+//     learns from the target's RateLimit-Policy and RateLimit fields; and an
+//     adaptive rate (CUBIC) when the target throttles unexpectedly. Leaving
+//     the queue (a canceled context) gives the place and its capacity to the
+//     work behind.
+//   - Transport is an http.RoundTripper that puts any http.Client behind a
+//     Pacer, retries with capped exponential backoff and full jitter, honours
+//     Retry-After as a floor for every request to the target (throttled
+//     answers never spend an attempt), keeps retries within a budget, retries
+//     a request that is not idempotent only when it carries an idempotency
+//     key, and stops sending to a failing target with a circuit Breaker.
+//   - Stats of each report the effective rate, the rate in use, the time
+//     spent waiting, the 429s, the retries and the breaker's state; package
+//     metrics exports them to Prometheus.
+//
+// Time is the runtime's clock and timers: nothing here starts a goroutine of
+// its own, and tests drive every behaviour on testing/synctest's fake clock.
+package pace

@@ -1,0 +1,575 @@
+package pace
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/algo"
+	"github.com/sluicehq/sluice/internal/units"
+)
+
+// DefaultSlice is the default Options.Slice: work is released in slices of
+// 200 ms, the seed's "20 every 200 ms rather than 100 each second".
+const DefaultSlice = 200 * time.Millisecond
+
+// Errors of a Pacer.
+var (
+	// ErrInvalidOptions: Options fail validation; the error names the field.
+	ErrInvalidOptions = errors.New("pace: invalid options")
+	// ErrClosed: the Pacer was closed; waiting work is refused.
+	ErrClosed = errors.New("pace: pacer closed")
+)
+
+// Options configures a Pacer. The zero Options is a Pacer with no limit of its
+// own that only learns (see Adaptive) and releases work one slice at a time.
+type Options struct {
+	// Limits are the target's known limits, all of which every release
+	// respects: a per-second and a per-day quota, say. Each is enforced
+	// exactly by the foundation's algorithm it names (TokenBucket, GCRA,
+	// FixedWindow, SlidingLog or SlidingWindow), on this process's clock.
+	// A LeakyBucket is refused (a Pacer is already a queue: use a TokenBucket
+	// or GCRA with its Burst) and so is Concurrency (use MaxInFlight). The
+	// limits' Names must differ. Default: none.
+	Limits []sluice.Limit
+
+	// Slice is how work is released: never more than the slice's share of
+	// the fastest limit at once. A limit of Quota per Window is released as
+	// Quota×Slice/Window per Slice (a FixedWindow of length Slice aligned to
+	// the epoch), so 100 per second with the default 200 ms goes out as 20
+	// every 200 ms, never 100 at once. When a slice would hold less than one
+	// cost unit, it is lengthened to hold one. A cost larger than a slice
+	// waits for a fresh slice and takes it whole (the limits themselves still
+	// count the whole cost). The adaptive rate is sliced the same way.
+	// Default DefaultSlice. Negative is an error; a Slice at least as long as
+	// the fastest limit's Window turns slicing off.
+	Slice time.Duration
+
+	// MaxInFlight caps the permits held at once (released by Permit.Done):
+	// a concurrency cap on the target. Default 0: no cap.
+	MaxInFlight int
+
+	// Adaptive tunes the rate learned from the target's answers (Feedback).
+	Adaptive AdaptiveOptions
+}
+
+// A Pacer releases work at a controlled pace: each Wait returns when the work's
+// cost fits every limit — the configured ones, the ones learned from the
+// target, the adaptive rate and the concurrency cap — in first-come,
+// first-served order. It is the client side of a rate limit: it keeps the
+// caller under the target's limit in advance instead of retrying what the
+// target refuses.
+//
+// Time is the runtime's (time.Now and its timers), so tests drive a Pacer
+// with testing/synctest. A Pacer starts no goroutine of its own: it wakes its
+// waiters from a single timer. It is safe for concurrent use.
+type Pacer struct {
+	mu sync.Mutex // guards everything below
+
+	fixed    []*gate          // the configured limits, in order
+	learned  map[string]*gate // by the target's policy name
+	order    []string         // learned names, in the order first seen
+	adaptive *gate            // the adaptive rate; nil while unlimited
+	slice    time.Duration
+	ctrl     cubic
+	aopts    AdaptiveOptions
+
+	maxInFlight int
+	inFlight    int
+
+	holdUntil time.Time // no release before
+	credit    int64     // atoms granted to an abandoned reservation, for the next grants
+	creditAt  time.Time // when they were granted
+	queue     []*Reservation
+	timer     *time.Timer
+	closed    bool
+
+	meter rateMeter
+	stats Stats
+}
+
+// gate is one limit the Pacer enforces, with its state.
+type gate struct {
+	params *algo.Params
+	state  algo.State
+	// sliced gates smooth the release: a cost above their capacity takes
+	// their whole capacity instead of never fitting.
+	sliced bool
+	// slicedBy is, for a limit that is sliced, the FixedWindow gate that
+	// releases its slices.
+	slicedBy *gate
+}
+
+// New validates o and returns a Pacer.
+func New(o Options) (*Pacer, error) {
+	if o.Slice < 0 {
+		return nil, fmt.Errorf("%w: Slice %v is negative", ErrInvalidOptions, o.Slice)
+	}
+	if o.Slice == 0 {
+		o.Slice = DefaultSlice
+	}
+	if o.MaxInFlight < 0 {
+		return nil, fmt.Errorf("%w: MaxInFlight %d is negative", ErrInvalidOptions, o.MaxInFlight)
+	}
+	a, err := o.Adaptive.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	p := &Pacer{
+		learned:     make(map[string]*gate),
+		slice:       o.Slice,
+		aopts:       a,
+		maxInFlight: o.MaxInFlight,
+	}
+	now := time.Now().UnixMicro()
+	limits := o.Limits
+	if a.Ceiling > 0 {
+		limits = append(limits[:len(limits):len(limits)], sluice.Limit{Name: ceilingName, Quota: a.Ceiling, Window: time.Second})
+	}
+	names := make(map[string]bool, len(limits))
+	fastest := -1
+	for i, l := range limits {
+		switch l.Algorithm {
+		case sluice.LeakyBucket:
+			return nil, fmt.Errorf("%w: Limits[%d] %q: a LeakyBucket cannot pace (a Pacer is already a queue); use a TokenBucket or GCRA with a Burst", ErrInvalidOptions, i, l.Name)
+		case sluice.Concurrency:
+			return nil, fmt.Errorf("%w: Limits[%d] %q: use MaxInFlight for a concurrency cap", ErrInvalidOptions, i, l.Name)
+		}
+		if names[l.Name] {
+			return nil, fmt.Errorf("%w: Limits[%d]: the name %q is used twice", ErrInvalidOptions, i, l.Name)
+		}
+		names[l.Name] = true
+		g, err := newGate(l, now, false)
+		if err != nil {
+			return nil, fmt.Errorf("%w: Limits[%d]: %w", ErrInvalidOptions, i, err)
+		}
+		p.fixed = append(p.fixed, g)
+		if fastest < 0 || l.Window < limits[fastest].Window {
+			fastest = i
+		}
+	}
+	if fastest >= 0 {
+		if s := sliceOf(limits[fastest], p.slice); s != nil {
+			g, err := newGate(*s, now, true)
+			if err != nil {
+				return nil, fmt.Errorf("%w: Slice %v of Limits[%d]: %w", ErrInvalidOptions, p.slice, fastest, err)
+			}
+			p.fixed[fastest].slicedBy = g
+			p.fixed = append(p.fixed, g)
+		}
+	}
+	p.ctrl = cubic{beta: a.Beta, c: a.C}
+	if a.Initial > 0 {
+		if err := p.setAdaptive(a.Initial, now); err != nil {
+			return nil, fmt.Errorf("%w: Adaptive.Initial: %w", ErrInvalidOptions, err)
+		}
+	}
+	p.stats.Rate = p.rateLocked()
+	return p, nil
+}
+
+// sliceOf is the FixedWindow that releases l in slices of s, or nil when l
+// needs none (its Window is not longer than s).
+func sliceOf(l sluice.Limit, s time.Duration) *sluice.Limit {
+	if l.Window <= s {
+		return nil
+	}
+	q := l.Quota * float64(s) / float64(l.Window)
+	if q < 1 {
+		// Lengthen the slice to hold one unit: Window/Quota, rounded up to
+		// a microsecond.
+		s = time.Duration(math.Ceil(float64(l.Window)/l.Quota/float64(time.Microsecond))) * time.Microsecond
+		if s >= l.Window {
+			return nil
+		}
+		q = l.Quota * float64(s) / float64(l.Window)
+	}
+	q = math.Floor(q*units.PerCost) / units.PerCost
+	return &sluice.Limit{Name: l.Name + ".slice", Algorithm: sluice.FixedWindow, Quota: q, Window: s}
+}
+
+func newGate(l sluice.Limit, now int64, sliced bool) (*gate, error) {
+	p, err := algo.Compile(l)
+	if err != nil {
+		return nil, err
+	}
+	st := algo.NewState(l.Algorithm)
+	st.Init(p, now)
+	return &gate{params: p, state: st, sliced: sliced}, nil
+}
+
+// atoms is what cost spends on g: all of it, or for a sliced gate at most its
+// capacity.
+func (g *gate) atoms(cost int64) int64 {
+	if g.sliced {
+		return min(cost, g.params.CapacityAtoms())
+	}
+	return cost
+}
+
+// remaining is what g could admit at now, in atoms.
+func (g *gate) remaining(now int64) int64 {
+	r, _ := g.state.Step(g.params, algo.Call{Now: now, Cost: g.params.CapacityAtoms() + 1, Clamp: true}, false)
+	return r.Remaining()
+}
+
+// retarget replaces g's limit by l, carrying over how much is spent: the new
+// state holds no more than the old one had left. l must be chargeable.
+func (g *gate) retarget(l sluice.Limit, now int64) error {
+	p, err := algo.Compile(l)
+	if err != nil {
+		return err
+	}
+	left := g.remaining(now)
+	st := algo.NewState(l.Algorithm)
+	st.Init(p, now)
+	if spent := p.CapacityAtoms() - left; spent > 0 {
+		if _, err := st.Step(p, algo.Call{Now: now, Cost: spent, Force: true, Clamp: true}, true); err != nil {
+			return err
+		}
+	}
+	g.params, g.state = p, st
+	return nil
+}
+
+// lower spends what g holds beyond left atoms, so that it admits no more than
+// the target says it has left.
+func (g *gate) lower(left, now int64) {
+	if have := g.remaining(now); have > left {
+		_, _ = g.state.Step(g.params, algo.Call{Now: now, Cost: have - left, Force: true, Clamp: true}, true)
+	}
+}
+
+// A Reservation is a place in a Pacer's queue for one cost. It is granted
+// (Ready is closed) when the cost fits; until then Cancel gives the place up,
+// and the capacity it would have spent goes to the work behind it.
+type Reservation struct {
+	p         *Pacer
+	cost      float64
+	atoms     int64
+	queued    time.Time
+	ready     chan struct{}
+	err       error // set before ready is closed when the reservation failed
+	granted   bool
+	grantedAt time.Time
+	done      bool // the permit was given back
+	canceled  bool
+}
+
+// Ready is closed when the reservation is granted or has failed (Err).
+func (r *Reservation) Ready() <-chan struct{} { return r.ready }
+
+// Err is, once Ready is closed, nil when the reservation was granted, or why
+// it failed: ErrClosed, or a cost the target's learned limit can never admit
+// (wrapping sluice.ErrCostExceedsLimit).
+func (r *Reservation) Err() error {
+	select {
+	case <-r.ready:
+		return r.err
+	default:
+		return nil
+	}
+}
+
+// Cancel gives up the reservation. Before it is granted, its place and the
+// capacity it would have spent go to the work queued behind it. After, Cancel
+// says the grant was not used: within a millisecond of the grant (a context
+// that ended as it came) its capacity goes to the work behind, as credit for
+// the grants of that instant; later, the capacity is spent and Cancel only
+// frees the concurrency slot, as Done does. Cancel is idempotent.
+func (r *Reservation) Cancel() {
+	p := r.p
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if r.granted {
+		if !r.done && time.Since(r.grantedAt) < creditFor {
+			if p.credit == 0 || !p.creditAt.Equal(r.grantedAt) {
+				p.credit, p.creditAt = 0, r.grantedAt
+			}
+			p.credit += r.atoms
+			p.stats.Credited++
+		}
+		p.doneLocked(r)
+		p.pumpLocked()
+		return
+	}
+	if r.canceled || r.err != nil {
+		return
+	}
+	r.canceled = true
+	for i, q := range p.queue {
+		if q == r {
+			p.queue = append(p.queue[:i], p.queue[i+1:]...)
+			break
+		}
+	}
+	p.stats.Canceled++
+	p.pumpLocked()
+}
+
+// Done gives back the concurrency slot a granted reservation holds; the work
+// it paced is over. It is idempotent, and does nothing before the grant.
+func (r *Reservation) Done() {
+	p := r.p
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if r.granted {
+		p.doneLocked(r)
+	}
+}
+
+func (p *Pacer) doneLocked(r *Reservation) {
+	if r.done {
+		return
+	}
+	r.done = true
+	if p.maxInFlight > 0 {
+		p.inFlight--
+		p.pumpLocked()
+	}
+}
+
+// Reserve takes a place in the queue for cost (in the limits' cost units)
+// without waiting; the reservation's Ready is closed when it is granted.
+// Cost must be a positive finite number that fits every configured limit's
+// capacity; otherwise Reserve returns an error wrapping sluice.ErrInvalidCost
+// or sluice.ErrCostExceedsLimit.
+func (p *Pacer) Reserve(cost float64) (*Reservation, error) {
+	atoms, ok := units.FromCost(cost)
+	if !ok {
+		return nil, fmt.Errorf("%w: %v is not a positive finite number of at least one millionth", sluice.ErrInvalidCost, cost)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, ErrClosed
+	}
+	for _, g := range p.fixed {
+		if !g.sliced && atoms > g.params.CapacityAtoms() {
+			return nil, fmt.Errorf("pace: cost %v: %w %q (capacity %v)", cost, sluice.ErrCostExceedsLimit, g.params.Limit.Name, g.params.Limit.Capacity())
+		}
+	}
+	r := &Reservation{p: p, cost: cost, atoms: atoms, queued: time.Now(), ready: make(chan struct{})}
+	p.queue = append(p.queue, r)
+	p.pumpLocked()
+	return r, nil
+}
+
+// Wait blocks until cost may be spent, then returns the granted reservation:
+// call its Done when the work is over (it frees the concurrency slot; without
+// MaxInFlight it does nothing). Wait returns ctx's error if ctx ends first —
+// at once, without queueing, if it already has — and then its place and
+// capacity go to the work behind it. See Reserve for the errors of a bad cost.
+func (p *Pacer) Wait(ctx context.Context, cost float64) (*Reservation, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	r, err := p.Reserve(cost)
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case <-r.ready:
+		if r.err != nil {
+			return nil, r.err
+		}
+		return r, nil
+	case <-ctx.Done():
+		r.Cancel() // a grant that came as ctx ended goes to the work behind
+		return nil, ctx.Err()
+	}
+}
+
+// creditFor is how long the grant of a reservation canceled unused stays
+// available to the work behind it.
+const creditFor = time.Millisecond
+
+// HoldUntil releases nothing before t: what a target's Retry-After asks of
+// every request. Holds only lengthen; an earlier t than the current hold does
+// nothing.
+func (p *Pacer) HoldUntil(t time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if t.After(p.holdUntil) {
+		p.holdUntil = t
+		p.stats.Holds++
+		p.pumpLocked()
+	}
+}
+
+// Close fails every queued reservation with ErrClosed and refuses new ones.
+// Granted reservations are unaffected. Close is idempotent.
+func (p *Pacer) Close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return
+	}
+	p.closed = true
+	for _, r := range p.queue {
+		r.err = ErrClosed
+		close(r.ready)
+	}
+	p.queue = nil
+	if p.timer != nil {
+		p.timer.Stop()
+	}
+}
+
+// gates calls f for every gate, configured ones first.
+func (p *Pacer) gates(f func(*gate) bool) {
+	for _, g := range p.fixed {
+		if !f(g) {
+			return
+		}
+	}
+	for _, name := range p.order {
+		if !f(p.learned[name]) {
+			return
+		}
+	}
+	if p.adaptive != nil {
+		f(p.adaptive)
+	}
+}
+
+// pumpLocked grants what can be granted, in order, and arms the timer for the
+// head of the queue.
+func (p *Pacer) pumpLocked() {
+	for len(p.queue) > 0 {
+		r := p.queue[0]
+		if p.maxInFlight > 0 && p.inFlight >= p.maxInFlight {
+			return // Done pumps
+		}
+		t := time.Now()
+		if t.Before(p.holdUntil) {
+			p.arm(p.holdUntil.Sub(t))
+			return
+		}
+		now := t.UnixMicro()
+		if p.credit > 0 && (t.Sub(p.creditAt) >= creditFor || t.Before(p.creditAt)) {
+			p.credit = 0
+		}
+		if r.atoms <= p.credit {
+			p.credit -= r.atoms
+			p.queue = p.queue[1:]
+			p.grantLocked(r, t)
+			continue
+		}
+		var wait time.Duration
+		var fail error
+		p.gates(func(g *gate) bool {
+			res, err := g.state.Step(g.params, algo.Call{Now: now, Cost: g.atoms(r.atoms), Clamp: true}, false)
+			if err != nil {
+				fail = fmt.Errorf("pace: cost %v: %w", r.cost, err)
+				return false
+			}
+			wait = max(wait, res.RetryAfter())
+			return true
+		})
+		p.queue = p.queue[1:]
+		if fail != nil {
+			r.err = fail
+			close(r.ready)
+			continue
+		}
+		if wait > 0 {
+			p.queue = append([]*Reservation{r}, p.queue...)
+			p.arm(wait)
+			return
+		}
+		p.gates(func(g *gate) bool {
+			_, _ = g.state.Step(g.params, algo.Call{Now: now, Cost: g.atoms(r.atoms), Clamp: true}, true)
+			return true
+		})
+		p.grantLocked(r, t)
+	}
+}
+
+// grantLocked grants r at t; its cost is spent.
+func (p *Pacer) grantLocked(r *Reservation, t time.Time) {
+	r.granted, r.grantedAt = true, t
+	if p.maxInFlight > 0 {
+		p.inFlight++
+	}
+	p.stats.Granted++
+	p.stats.GrantedCost += r.cost
+	p.stats.Waited += t.Sub(r.queued)
+	p.meter.add(t, r.cost)
+	close(r.ready)
+}
+
+// arm makes the timer fire in d.
+func (p *Pacer) arm(d time.Duration) {
+	if p.timer == nil {
+		p.timer = time.AfterFunc(d, p.fire)
+		return
+	}
+	p.timer.Reset(d)
+}
+
+func (p *Pacer) fire() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.closed {
+		p.pumpLocked()
+	}
+}
+
+// Stats are a Pacer's counters and its view of the target.
+type Stats struct {
+	// Granted counts granted reservations, GrantedCost their cost.
+	Granted     uint64
+	GrantedCost float64
+	// Canceled counts reservations given up before their grant; Credited
+	// those whose Wait ended as they were granted, their grant handed to
+	// the work behind.
+	Canceled, Credited uint64
+	// Waited is the total time granted reservations spent queued.
+	Waited time.Duration
+	// Queued and InFlight are the reservations waiting and the granted ones
+	// not yet Done (counted only under MaxInFlight), now.
+	Queued, InFlight int
+	// EffectiveRate is the measured rate of granted cost per second,
+	// smoothed over about two seconds.
+	EffectiveRate float64
+	// Rate is the rate in use, in cost per second: the slowest of the
+	// configured, learned and adaptive limits; +Inf when there is none.
+	Rate float64
+	// Holds counts the times HoldUntil lengthened the hold; HoldUntil is the
+	// current one (zero or past: none).
+	Holds     uint64
+	HoldUntil time.Time
+	// Throttled counts throttled answers in Feedback (429, 503 with
+	// Retry-After); Learned counts answers whose fields changed a learned
+	// limit.
+	Throttled, Learned uint64
+}
+
+// Stats returns the Pacer's counters now.
+func (p *Pacer) Stats() Stats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := p.stats
+	s.Queued = len(p.queue)
+	s.InFlight = p.inFlight
+	s.EffectiveRate = p.meter.rate(time.Now())
+	s.Rate = p.rateLocked()
+	s.HoldUntil = p.holdUntil
+	return s
+}
+
+// rateLocked is the slowest rate of every gate, per second.
+func (p *Pacer) rateLocked() float64 {
+	r := math.Inf(1)
+	p.gates(func(g *gate) bool {
+		l := g.params.Limit
+		r = min(r, l.Quota/l.Window.Seconds())
+		return true
+	})
+	return r
+}
