@@ -4,6 +4,7 @@
 // rejections — in bounded sketches (package topk) for an operator's view of
 // concentration; and collectors that export a store's own counters
 // (fallbacks, failures, breaker, evictions) at scrape time.
+// RegisterPace exports a client-side pace.Transport's pacing and retries.
 package metrics
 
 import (

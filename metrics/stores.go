@@ -7,30 +7,36 @@ import (
 	"github.com/sluicehq/sluice/redisstore"
 )
 
-// counter is one value a store collector exports at scrape time.
-type counter struct {
+// counter is one value a stats collector exports at scrape time, taken from
+// the stats S read for that scrape.
+type counter[S any] struct {
 	desc  *prometheus.Desc
 	kind  prometheus.ValueType
-	value func() float64
+	value func(S) float64
 }
 
-// statsCollector reads a store's counters at each scrape.
-type statsCollector struct{ counters []counter }
+// statsCollector reads a component's stats once per scrape and exports its
+// counters from that one reading, so they are consistent with each other.
+type statsCollector[S any] struct {
+	stats    func() S
+	counters []counter[S]
+}
 
-func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
+func (c *statsCollector[S]) Describe(ch chan<- *prometheus.Desc) {
 	for _, x := range c.counters {
 		ch <- x.desc
 	}
 }
 
-func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
+func (c *statsCollector[S]) Collect(ch chan<- prometheus.Metric) {
+	s := c.stats()
 	for _, x := range c.counters {
-		ch <- prometheus.MustNewConstMetric(x.desc, x.kind, x.value())
+		ch <- prometheus.MustNewConstMetric(x.desc, x.kind, x.value(s))
 	}
 }
 
-func newCounter(ns, name, help string, kind prometheus.ValueType, value func() float64) counter {
-	return counter{prometheus.NewDesc(prometheus.BuildFQName(ns, "", name), help, nil, nil), kind, value}
+func newCounter[S any](ns, name, help string, kind prometheus.ValueType, value func(S) float64) counter[S] {
+	return counter[S]{prometheus.NewDesc(prometheus.BuildFQName(ns, "", name), help, nil, nil), kind, value}
 }
 
 // RegisterRedis exports a redisstore.Store's counters: calls, failures and
@@ -39,16 +45,16 @@ func newCounter(ns, name, help string, kind prometheus.ValueType, value func() f
 // charges.
 func (m *Metrics) RegisterRedis(s *redisstore.Store) error {
 	ns := "sluice_redis"
-	st := func(f func(redisstore.Stats) uint64) func() float64 {
-		return func() float64 { return float64(f(s.Stats())) }
+	st := func(f func(redisstore.Stats) uint64) func(redisstore.Stats) float64 {
+		return func(x redisstore.Stats) float64 { return float64(f(x)) }
 	}
-	open := func() float64 {
-		if s.Stats().BreakerOpen {
+	open := func(x redisstore.Stats) float64 {
+		if x.BreakerOpen {
 			return 1
 		}
 		return 0
 	}
-	c := &statsCollector{[]counter{
+	c := &statsCollector[redisstore.Stats]{s.Stats, []counter[redisstore.Stats]{
 		newCounter(ns, "calls_total", "Script calls sent to Redis.", prometheus.CounterValue, st(func(x redisstore.Stats) uint64 { return x.Calls })),
 		newCounter(ns, "failures_total", "Calls that got no answer (timeout, transport, Redis unavailable).", prometheus.CounterValue, st(func(x redisstore.Stats) uint64 { return x.Failures })),
 		newCounter(ns, "timeouts_total", "Calls that timed out.", prometheus.CounterValue, st(func(x redisstore.Stats) uint64 { return x.Timeouts })),
@@ -70,11 +76,11 @@ func (m *Metrics) RegisterRedis(s *redisstore.Store) error {
 // evicted to stay under MaxKeys, keys expired, clamped clocks.
 func (m *Metrics) RegisterMemory(s *memstore.Store) error {
 	ns := "sluice_memory"
-	c := &statsCollector{[]counter{
-		newCounter(ns, "keys", "States held now.", prometheus.GaugeValue, func() float64 { return float64(s.Stats().Keys) }),
-		newCounter(ns, "evictions_total", "Keys dropped while they held live state, to stay under MaxKeys (each restarts full).", prometheus.CounterValue, func() float64 { return float64(s.Stats().Evictions) }),
-		newCounter(ns, "expired_total", "Keys forgotten because they were back to full.", prometheus.CounterValue, func() float64 { return float64(s.Stats().Expired) }),
-		newCounter(ns, "clock_backwards_total", "Decisions whose clock reading was behind a key's state.", prometheus.CounterValue, func() float64 { return float64(s.Stats().ClockBackwards) }),
+	c := &statsCollector[memstore.Stats]{s.Stats, []counter[memstore.Stats]{
+		newCounter(ns, "keys", "States held now.", prometheus.GaugeValue, func(x memstore.Stats) float64 { return float64(x.Keys) }),
+		newCounter(ns, "evictions_total", "Keys dropped while they held live state, to stay under MaxKeys (each restarts full).", prometheus.CounterValue, func(x memstore.Stats) float64 { return float64(x.Evictions) }),
+		newCounter(ns, "expired_total", "Keys forgotten because they were back to full.", prometheus.CounterValue, func(x memstore.Stats) float64 { return float64(x.Expired) }),
+		newCounter(ns, "clock_backwards_total", "Decisions whose clock reading was behind a key's state.", prometheus.CounterValue, func(x memstore.Stats) float64 { return float64(x.ClockBackwards) }),
 	}}
 	return m.registry.Register(c)
 }
