@@ -3,6 +3,7 @@ package pace
 import (
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -133,6 +134,9 @@ func (p *Pacer) Feedback(f Feedback) {
 	changed := p.learnLocked(f, now)
 	if f.Throttled {
 		p.stats.Throttled++
+		for _, g := range p.learned {
+			g.exact = true
+		}
 		if f.Sent.IsZero() || !f.Sent.Before(p.ctrl.lastFail) {
 			measured := p.meter.rate(f.Received)
 			w := measured
@@ -148,9 +152,13 @@ func (p *Pacer) Feedback(f Feedback) {
 			changed = true
 		}
 	} else if p.adaptive != nil {
+		// The climb is capped at twice the measured rate (a rate the
+		// client does not use means nothing), but never below where it
+		// restarted: a hold or an idle spell lowers the measure without
+		// saying anything about the target.
 		r := p.ctrl.at(f.Received)
 		if m := p.meter.rate(f.Received); m > 0 {
-			r = min(r, 2*m)
+			r = min(r, max(2*m, p.ctrl.epoch))
 		}
 		if cur := p.adaptiveRate(); math.Abs(r-cur) > cur/100 {
 			_ = p.setAdaptive(r, now)
@@ -166,6 +174,7 @@ func (p *Pacer) Feedback(f Feedback) {
 // whether anything changed.
 func (p *Pacer) learnLocked(f Feedback, now int64) bool {
 	changed := false
+	var fresh []string // the policies learned by this answer
 	for _, pol := range f.Policies {
 		if (pol.Unit != "" && pol.Unit != "requests") || pol.Quota <= 0 || pol.Window <= 0 {
 			continue // a unit the Pacer does not count, or nothing to learn
@@ -189,10 +198,12 @@ func (p *Pacer) learnLocked(f Feedback, now int64) bool {
 			continue
 		}
 		p.stats.Learned++
+		fresh = append(fresh, pol.Name)
 		changed = true
 	}
 	if changed {
 		p.resliceLocked(now)
+		p.rebuildLocked()
 	}
 	for _, lim := range f.Limits {
 		if lim.Remaining < 0 {
@@ -200,13 +211,20 @@ func (p *Pacer) learnLocked(f Feedback, now int64) bool {
 		}
 		if g := p.learned[lim.Name]; g != nil {
 			// r is written rounded down: the target has at least r and
-			// less than r+1. Lowering to r would lose the fraction at
-			// every answer of a client that keeps up with the limit (each
-			// says r=0); lowering to just under r+1 loses nothing and
-			// still catches another client spending the same quota.
+			// less than r+1. A limit just learned starts from r. After
+			// that, lowering to r would lose the fraction at every answer
+			// of a client that keeps up with the limit (each says r=0);
+			// lowering to just under r+1 loses nothing and still catches
+			// another client spending the same quota — as long as the
+			// target's count moves like the learned token bucket. Once
+			// the target has throttled despite it (a window, whose count
+			// drops in steps), r is taken as it is.
 			left := int64(units.MaxAtoms)
 			if lim.Remaining < units.MaxAtoms/units.PerCost-1 {
 				left = (lim.Remaining+1)*units.PerCost - 1
+				if g.exact || slices.Contains(fresh, lim.Name) {
+					left = lim.Remaining * units.PerCost
+				}
 			}
 			g.lower(left, now)
 			changed = true
@@ -314,6 +332,7 @@ func (p *Pacer) setAdaptive(rate float64, now int64) error {
 			return err
 		}
 		p.adaptive = g
+		p.rebuildLocked()
 		return nil
 	}
 	return p.adaptive.retarget(l, now)
@@ -324,15 +343,25 @@ func (p *Pacer) setAdaptive(rate float64, now int64) error {
 type cubic struct {
 	beta, c  float64
 	wmax, k  float64
+	epoch    float64 // the rate set by the last decrease
 	lastFail time.Time
 }
 
 // decrease records a throttle at rate w, at t, and returns the new rate.
+// With fast convergence (RFC 9438 §4.7): throttled below the previous
+// Wmax, the limit has moved down (another client spends it too, or the
+// last Wmax overshot), so Wmax is set lower still, at w × (1+β)/2, and the
+// climb flattens below the rate that was throttled instead of at it.
 func (c *cubic) decrease(w float64, t time.Time) float64 {
-	c.wmax = w
-	c.k = math.Cbrt(w * (1 - c.beta) / c.c)
-	c.lastFail = t
-	return w * c.beta
+	epoch := w * c.beta
+	if w < c.wmax {
+		c.wmax = w * (1 + c.beta) / 2
+	} else {
+		c.wmax = w
+	}
+	c.k = math.Cbrt((c.wmax - epoch) / c.c)
+	c.epoch, c.lastFail = epoch, t
+	return epoch
 }
 
 // at is the rate t after the last throttle.

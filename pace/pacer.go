@@ -70,7 +70,8 @@ type Options struct {
 type Pacer struct {
 	mu sync.Mutex // guards everything below
 
-	fixed    []*gate          // the configured limits, in order
+	fixed    []*gate          // the configured limits, in order (and a slice)
+	all      []*gate          // every gate: see rebuildLocked
 	learned  map[string]*gate // by the target's policy name
 	order    []string         // learned names, in the order first seen
 	adaptive *gate            // the adaptive rate; nil while unlimited
@@ -102,6 +103,11 @@ type gate struct {
 	// slicedBy is, for a limit that is sliced, the FixedWindow gate that
 	// releases its slices.
 	slicedBy *gate
+	// exact is, for a learned limit, that the target's r is taken as the
+	// whole truth (see learnLocked): set once the target throttled
+	// despite the limit, which means its count does not move as a token
+	// bucket's would.
+	exact bool
 }
 
 // New validates o and returns a Pacer.
@@ -163,6 +169,7 @@ func New(o Options) (*Pacer, error) {
 		}
 	}
 	p.ctrl = cubic{beta: a.Beta, c: a.C}
+	p.rebuildLocked()
 	if a.Initial > 0 {
 		if err := p.setAdaptive(a.Initial, now); err != nil {
 			return nil, fmt.Errorf("%w: Adaptive.Initial: %w", ErrInvalidOptions, err)
@@ -339,38 +346,74 @@ func (p *Pacer) doneLocked(r *Reservation) {
 // capacity; otherwise Reserve returns an error wrapping sluice.ErrInvalidCost
 // or sluice.ErrCostExceedsLimit.
 func (p *Pacer) Reserve(cost float64) (*Reservation, error) {
+	r, _, err := p.reserve(cost)
+	return r, err
+}
+
+// reserve is Reserve, and the wait until the grant when it is known: for a
+// reservation granted at once (0) or at the head of the queue; -1 otherwise.
+func (p *Pacer) reserve(cost float64) (*Reservation, time.Duration, error) {
 	atoms, ok := units.FromCost(cost)
 	if !ok {
-		return nil, fmt.Errorf("%w: %v is not a positive finite number of at least one millionth", sluice.ErrInvalidCost, cost)
+		return nil, 0, fmt.Errorf("%w: %v is not a positive finite number of at least one millionth", sluice.ErrInvalidCost, cost)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
-		return nil, ErrClosed
+		return nil, 0, ErrClosed
 	}
 	for _, g := range p.fixed {
 		if !g.sliced && atoms > g.params.CapacityAtoms() {
-			return nil, fmt.Errorf("pace: cost %v: %w %q (capacity %v)", cost, sluice.ErrCostExceedsLimit, g.params.Limit.Name, g.params.Limit.Capacity())
+			return nil, 0, fmt.Errorf("pace: cost %v: %w %q (capacity %v)", cost, sluice.ErrCostExceedsLimit, g.params.Limit.Name, g.params.Limit.Capacity())
 		}
 	}
-	r := &Reservation{p: p, cost: cost, atoms: atoms, queued: time.Now(), ready: make(chan struct{})}
+	t := time.Now()
+	r := &Reservation{p: p, cost: cost, atoms: atoms, queued: t}
+	if len(p.queue) == 0 && (p.maxInFlight == 0 || p.inFlight < p.maxInFlight) {
+		// Nobody ahead: granted now, or queued with the timer armed.
+		wait, err := p.tryLocked(r, t)
+		if err != nil {
+			return nil, 0, err
+		}
+		if wait == 0 {
+			p.grantLocked(r, t)
+			return r, 0, nil
+		}
+		r.ready = make(chan struct{})
+		p.queue = append(p.queue, r)
+		p.arm(wait)
+		return r, wait, nil
+	}
+	r.ready = make(chan struct{})
 	p.queue = append(p.queue, r)
 	p.pumpLocked()
-	return r, nil
+	return r, -1, nil
 }
 
 // Wait blocks until cost may be spent, then returns the granted reservation:
 // call its Done when the work is over (it frees the concurrency slot; without
 // MaxInFlight it does nothing). Wait returns ctx's error if ctx ends first —
 // at once, without queueing, if it already has — and then its place and
-// capacity go to the work behind it. See Reserve for the errors of a bad cost.
+// capacity go to the work behind it. When the wait is known to outlast ctx's
+// deadline (nobody is ahead, and the limits or a hold say how long), Wait
+// returns at once an error wrapping context.DeadlineExceeded. See Reserve for
+// the errors of a bad cost.
 func (p *Pacer) Wait(ctx context.Context, cost float64) (*Reservation, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	r, err := p.Reserve(cost)
+	r, wait, err := p.reserve(cost)
 	if err != nil {
 		return nil, err
+	}
+	if r.ready == closed {
+		return r, nil // granted as it was made
+	}
+	if deadline, ok := ctx.Deadline(); ok && wait > time.Until(deadline) {
+		// It cannot be granted in time (a hold, a slow learned limit):
+		// say so now rather than at the deadline.
+		r.Cancel()
+		return nil, fmt.Errorf("pace: the wait for capacity (%v) outlasts the context's deadline: %w", wait, context.DeadlineExceeded)
 	}
 	select {
 	case <-r.ready:
@@ -420,20 +463,19 @@ func (p *Pacer) Close() {
 	}
 }
 
-// gates calls f for every gate, configured ones first.
-func (p *Pacer) gates(f func(*gate) bool) {
-	for _, g := range p.fixed {
-		if !f(g) {
-			return
-		}
-	}
+// rebuildLocked lists every gate in p.all: the configured ones (with their
+// slice), the learned ones (each followed by its slice), the adaptive one.
+func (p *Pacer) rebuildLocked() {
+	p.all = append(p.all[:0], p.fixed...)
 	for _, name := range p.order {
-		if !f(p.learned[name]) {
-			return
+		g := p.learned[name]
+		p.all = append(p.all, g)
+		if g.slicedBy != nil {
+			p.all = append(p.all, g.slicedBy)
 		}
 	}
 	if p.adaptive != nil {
-		f(p.adaptive)
+		p.all = append(p.all, p.adaptive)
 	}
 }
 
@@ -446,48 +488,61 @@ func (p *Pacer) pumpLocked() {
 			return // Done pumps
 		}
 		t := time.Now()
-		if t.Before(p.holdUntil) {
-			p.arm(p.holdUntil.Sub(t))
-			return
-		}
-		now := t.UnixMicro()
-		if p.credit > 0 && (t.Sub(p.creditAt) >= creditFor || t.Before(p.creditAt)) {
-			p.credit = 0
-		}
-		if r.atoms <= p.credit {
-			p.credit -= r.atoms
-			p.queue = p.queue[1:]
-			p.grantLocked(r, t)
-			continue
-		}
-		var wait time.Duration
-		var fail error
-		p.gates(func(g *gate) bool {
-			res, err := g.state.Step(g.params, algo.Call{Now: now, Cost: g.atoms(r.atoms), Clamp: true}, false)
-			if err != nil {
-				fail = fmt.Errorf("pace: cost %v: %w", r.cost, err)
-				return false
-			}
-			wait = max(wait, res.RetryAfter())
-			return true
-		})
-		p.queue = p.queue[1:]
-		if fail != nil {
-			r.err = fail
-			close(r.ready)
-			continue
-		}
-		if wait > 0 {
-			p.queue = append([]*Reservation{r}, p.queue...)
+		wait, err := p.tryLocked(r, t)
+		if err == nil && wait > 0 {
 			p.arm(wait)
 			return
 		}
-		p.gates(func(g *gate) bool {
-			_, _ = g.state.Step(g.params, algo.Call{Now: now, Cost: g.atoms(r.atoms), Clamp: true}, true)
-			return true
-		})
+		p.queue[0] = nil
+		p.queue = p.queue[1:]
+		if err != nil {
+			r.err = err
+			close(r.ready)
+			continue
+		}
 		p.grantLocked(r, t)
 	}
+}
+
+// tryLocked spends r's cost at t if every gate admits it, and otherwise says
+// how long until it may (or why it never will).
+func (p *Pacer) tryLocked(r *Reservation, t time.Time) (time.Duration, error) {
+	if t.Before(p.holdUntil) {
+		return p.holdUntil.Sub(t), nil
+	}
+	if p.credit > 0 {
+		if t.Sub(p.creditAt) >= creditFor || t.Before(p.creditAt) {
+			p.credit = 0
+		} else if r.atoms <= p.credit {
+			p.credit -= r.atoms
+			return 0, nil
+		}
+	}
+	now := t.UnixMicro()
+	if len(p.all) == 1 {
+		// One gate: no need to check before spending.
+		g := p.all[0]
+		res, err := g.state.Step(g.params, algo.Call{Now: now, Cost: g.atoms(r.atoms), Clamp: true}, true)
+		if err != nil {
+			return 0, fmt.Errorf("pace: cost %v: %w", r.cost, err)
+		}
+		return res.RetryAfter(), nil
+	}
+	var wait time.Duration
+	for _, g := range p.all {
+		res, err := g.state.Step(g.params, algo.Call{Now: now, Cost: g.atoms(r.atoms), Clamp: true}, false)
+		if err != nil {
+			return 0, fmt.Errorf("pace: cost %v: %w", r.cost, err)
+		}
+		wait = max(wait, res.RetryAfter())
+	}
+	if wait > 0 {
+		return wait, nil
+	}
+	for _, g := range p.all {
+		_, _ = g.state.Step(g.params, algo.Call{Now: now, Cost: g.atoms(r.atoms), Clamp: true}, true)
+	}
+	return 0, nil
 }
 
 // grantLocked grants r at t; its cost is spent.
@@ -500,8 +555,19 @@ func (p *Pacer) grantLocked(r *Reservation, t time.Time) {
 	p.stats.GrantedCost += r.cost
 	p.stats.Waited += t.Sub(r.queued)
 	p.meter.add(t, r.cost)
-	close(r.ready)
+	if r.ready == nil {
+		r.ready = closed
+	} else {
+		close(r.ready)
+	}
 }
+
+// closed is the Ready of a reservation granted as it was made.
+var closed = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
 
 // arm makes the timer fire in d.
 func (p *Pacer) arm(d time.Duration) {
@@ -534,8 +600,8 @@ type Stats struct {
 	// Queued and InFlight are the reservations waiting and the granted ones
 	// not yet Done (counted only under MaxInFlight), now.
 	Queued, InFlight int
-	// EffectiveRate is the measured rate of granted cost per second,
-	// smoothed over about two seconds.
+	// EffectiveRate is the measured rate of granted cost per second, over
+	// the last second (ten buckets of 100 ms).
 	EffectiveRate float64
 	// Rate is the rate in use, in cost per second: the slowest of the
 	// configured, learned and adaptive limits; +Inf when there is none.
@@ -566,10 +632,9 @@ func (p *Pacer) Stats() Stats {
 // rateLocked is the slowest rate of every gate, per second.
 func (p *Pacer) rateLocked() float64 {
 	r := math.Inf(1)
-	p.gates(func(g *gate) bool {
+	for _, g := range p.all {
 		l := g.params.Limit
 		r = min(r, l.Quota/l.Window.Seconds())
-		return true
-	})
+	}
 	return r
 }

@@ -199,8 +199,8 @@ func TestCancelGivesCapacityBack(t *testing.T) {
 			t.Fatal(err)
 		}
 		a.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-		defer cancel()
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(500*time.Millisecond, cancel)
 		errB := make(chan error, 1)
 		go func() {
 			_, err := p.Wait(ctx, 1)
@@ -208,8 +208,8 @@ func TestCancelGivesCapacityBack(t *testing.T) {
 		}()
 		synctest.Wait()
 		c, _ := p.Reserve(1)
-		if err := <-errB; !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("B: got %v, want the deadline", err)
+		if err := <-errB; !errors.Is(err, context.Canceled) {
+			t.Fatalf("B: got %v, want canceled", err)
 		}
 		if at := time.Since(start); at != 500*time.Millisecond {
 			t.Errorf("B gave up at %v, want 500ms", at)
@@ -248,6 +248,29 @@ func TestCancelAfterTheGrant(t *testing.T) {
 		}
 		if s := p.Stats(); s.Credited != 1 || s.Granted != 3 {
 			t.Errorf("credited %d, granted %d; want 1, 3", s.Credited, s.Granted)
+		}
+	})
+}
+
+func TestWaitOutlastingTheDeadline(t *testing.T) {
+	// The head of the queue knows its wait: when it outlasts the
+	// context's deadline, Wait says so at once and leaves the queue.
+	synctest.Test(t, func(t *testing.T) {
+		p := newPacer(t, pace.Options{Limits: []sluice.Limit{{Name: "api", Quota: 1, Window: time.Hour}}})
+		start := time.Now()
+		a, _ := p.Wait(context.Background(), 1)
+		a.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if _, err := p.Wait(ctx, 1); !errors.Is(err, context.DeadlineExceeded) || time.Since(start) != 0 {
+			t.Errorf("a wait of an hour under a minute's deadline: %v after %v, want DeadlineExceeded at once", err, time.Since(start))
+		}
+		p.HoldUntil(start.Add(2 * time.Hour))
+		if _, err := p.Wait(ctx, 1); !errors.Is(err, context.DeadlineExceeded) || time.Since(start) != 0 {
+			t.Errorf("a hold of two hours: %v after %v, want DeadlineExceeded at once", err, time.Since(start))
+		}
+		if s := p.Stats(); s.Queued != 0 || s.Granted != 1 {
+			t.Errorf("queued %d, granted %d; want 0, 1", s.Queued, s.Granted)
 		}
 	})
 }

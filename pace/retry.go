@@ -29,14 +29,15 @@ const budgetSpan = 10 * time.Second
 // RetryOptions configure how a Transport retries.
 //
 // An answer is one of three kinds. A success (below 500, except 429) is
-// returned. A throttled answer — 429, or 503 with Retry-After — waits at
+// returned. A throttled answer — 429, or 503 with a Retry-After that names a
+// future instant — waits at
 // least what Retry-After says (capped at MaxRetryAfter) and is sent again
 // without spending an attempt; a Retry-After that cannot be read (garbage, a
 // date in the past) leaves the exponential backoff. A failure — another 5xx,
 // or an error of the round trip such as a timeout — spends an attempt and waits
 // the backoff: full jitter, a random duration in [0, min(MaxDelay,
-// BaseDelay×2^n)) before the n-th retry. Every retry goes through the Pacer, so
-// it spends capacity like a first try.
+// BaseDelay×2^(n−1))] before the n-th retry. Every retry goes through the
+// Pacer, so it spends capacity like a first try.
 //
 // Retrying stops, and the last answer (or error) is returned, when the
 // attempts are spent, when the next try would start after Deadline, when the
@@ -57,7 +58,8 @@ type RetryOptions struct {
 	Deadline time.Duration
 	// MaxRetryAfter caps the wait a Retry-After imposes: a longer one is
 	// waited for MaxRetryAfter only, and counted (Stats.RetryAfterCapped).
-	// Default DefaultMaxRetryAfter.
+	// It caps as well the hold of a RateLimit or X-RateLimit-* field that
+	// says nothing is left until a reset. Default DefaultMaxRetryAfter.
 	MaxRetryAfter time.Duration
 	// Budget is the share of requests that may be retries, over the last
 	// ten seconds, on top of MinRetries per second: 0.1 means at most one
@@ -101,7 +103,7 @@ func (o RetryOptions) withDefaults() (RetryOptions, error) {
 		o.BaseDelay = DefaultBaseDelay
 	}
 	if o.MaxDelay == 0 {
-		o.MaxDelay = DefaultMaxDelay
+		o.MaxDelay = max(DefaultMaxDelay, o.BaseDelay)
 	}
 	if o.MaxDelay < o.BaseDelay {
 		return o, bad("MaxDelay", o.MaxDelay, fmt.Sprintf("is below BaseDelay %v", o.BaseDelay))
@@ -136,15 +138,21 @@ func validHeaderName(s string) bool {
 }
 
 // backoff is the full-jitter wait before retry n (1 for the first retry):
-// uniform in [0, min(max, base×2^(n−1))).
+// uniform in [0, min(maxDelay, base×2^(n−1))], both ends included.
 func backoff(base, maxDelay time.Duration, n int) time.Duration {
 	d := maxDelay
-	if n-1 < 62 {
-		if c := base << (n - 1); c > 0 && c < maxDelay {
-			d = c
-		}
+	// base×2^(n−1) < maxDelay without overflow: the shift wraps around
+	// (to a short wait) when base has a high bit set.
+	if n >= 1 && n-1 < 63 && base > 0 && base <= (maxDelay-1)>>(n-1) {
+		d = base << (n - 1)
 	}
-	return rand.N(d + 1)
+	if d <= 0 {
+		return 0
+	}
+	if d < math.MaxInt64 {
+		d++ // include the bound; rand.N(MaxInt64+1) would panic
+	}
+	return rand.N(d)
 }
 
 // kind is what an answer means for the retry loop.
@@ -163,8 +171,14 @@ func classify(resp *http.Response, err error) kind {
 		return failed
 	case resp.StatusCode == http.StatusTooManyRequests:
 		return throttled
-	case resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") != "":
-		return throttled
+	case resp.StatusCode == http.StatusServiceUnavailable:
+		// Throttled only when it says until when: a 503 whose Retry-After
+		// is absent, unreadable or past is a failing target, for the
+		// attempts and the breaker.
+		if _, _, ok := retryAfter(resp.Header, time.Now(), math.MaxInt64); ok {
+			return throttled
+		}
+		return failed
 	case resp.StatusCode >= 500 && resp.StatusCode != http.StatusNotImplemented && resp.StatusCode != http.StatusHTTPVersionNotSupported:
 		return failed
 	}

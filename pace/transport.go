@@ -84,6 +84,15 @@ func NewTransport(o TransportOptions) (*Transport, error) {
 // Pacer returns the Transport's Pacer.
 func (t *Transport) Pacer() *Pacer { return t.pacer }
 
+// CloseIdleConnections closes the Base's idle connections, when the Base has
+// a CloseIdleConnections method (as *http.Transport does), so that
+// http.Client.CloseIdleConnections works through a Transport.
+func (t *Transport) CloseIdleConnections() {
+	if c, ok := t.base.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
 // RoundTrip sends req, paced, and retries it as the Transport's RetryOptions
 // say. It returns the last answer when it stops retrying one (a 429 when the
 // budget is spent, a 500 when the attempts are), or the last error.
@@ -131,18 +140,28 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 				return giveUp(err)
 			}
 		}
-		done, err := t.breaker.Allow()
-		if err != nil {
-			return giveUp(err)
+		// An open breaker refuses at once, without queueing for the Pacer.
+		if t.breaker.State() == BreakerOpen {
+			done, err := t.breaker.Allow()
+			if err != nil {
+				return giveUp(err)
+			}
+			done(Ignored) // it turned half-open meanwhile: ask again below
 		}
 		waitCtx, cancel := context.WithDeadline(ctx, deadline)
 		permit, err := t.pacer.Wait(waitCtx, cost)
 		cancel()
 		if err != nil {
-			done(Ignored)
 			if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 				err = fmt.Errorf("pace: no capacity before the retry deadline (%v): %w", t.retry.Deadline, err)
 			}
+			return giveUp(err)
+		}
+		// Ask the breaker when the try is about to go, not before its wait
+		// in the Pacer's queue: the breaker may have opened meanwhile.
+		done, err := t.breaker.Allow()
+		if err != nil {
+			permit.Done()
 			return giveUp(err)
 		}
 		r := req
@@ -152,6 +171,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			if r, err = rewind(req); err != nil {
 				permit.Done()
 				done(Ignored)
+				t.stats.gaveUp.Add(1)
 				return nil, err
 			}
 		}
@@ -161,7 +181,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		resp, err := t.base.RoundTrip(r)
 		now := time.Now()
 		k := classify(resp, err)
-		t.pacer.Feedback(feedbackOf(resp, sent, now, k == throttled))
+		t.pacer.Feedback(feedbackOf(resp, sent, now, k == throttled, t.retry.MaxRetryAfter))
 		switch {
 		case err != nil && ctx.Err() != nil:
 			done(Ignored)
@@ -223,8 +243,10 @@ func jitter(d time.Duration) time.Duration {
 	return backoff(d, d, 1)
 }
 
-// feedbackOf is what resp says of the target's limit.
-func feedbackOf(resp *http.Response, sent, received time.Time, throttled bool) Feedback {
+// feedbackOf is what resp says of the target's limit. A reset (RateLimit's t,
+// X-RateLimit-Reset) is cut to maxWait, as a Retry-After is: a target that
+// says nothing is left for years would otherwise hold the Pacer for years.
+func feedbackOf(resp *http.Response, sent, received time.Time, throttled bool, maxWait time.Duration) Feedback {
 	f := Feedback{Sent: sent, Received: received, Throttled: throttled}
 	if resp == nil {
 		return f
@@ -235,8 +257,12 @@ func feedbackOf(resp *http.Response, sent, received time.Time, throttled bool) F
 	}
 	if v := h.Values("RateLimit"); len(v) > 0 {
 		f.Limits, _ = ratelimitheader.ParseLimits(v)
+		for i := range f.Limits {
+			f.Limits[i].Reset = min(f.Limits[i].Reset, maxWait)
+		}
 	}
 	f.Legacy, f.HasLegacy = ratelimitheader.ParseLegacy(h, received)
+	f.Legacy.Reset = min(f.Legacy.Reset, maxWait)
 	return f
 }
 
