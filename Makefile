@@ -5,12 +5,12 @@ TOOL      := $(GO) tool -modfile=tools/go.mod
 FUZZTIME  ?= 30s
 FUZZ_PKGS ?= ./...
 # The parsers of what arrives from the network, fuzzed in CI 60 s each.
-EDGE_PKGS := ./clientip ./ratelimitheader ./httplimit ./grpclimit ./gateway ./rls
+EDGE_PKGS := ./clientip ./ratelimitheader ./httplimit ./grpclimit ./gateway ./rls ./pace
 BENCHTIME ?= 1s
 COUNT     ?= 6
 OUT       := bench/out
 
-.PHONY: test lint fuzz fuzz-edge bench bench-memory bench-redis bench-http bench-gateway bench-rls fault help
+.PHONY: test lint fuzz fuzz-edge bench bench-memory bench-redis bench-http bench-gateway bench-rls bench-pace sim fault help
 
 help:
 	@echo "make test          the tests, with -race and -shuffle (the README's test command)"
@@ -23,6 +23,8 @@ help:
 	@echo "make bench-http    the HTTP middleware against go-chi/httprate and go-limiter's httplimit"
 	@echo "make bench-gateway sluice gateway against a plain httputil.ReverseProxy, with wrk (ROUNDS, DURATION)"
 	@echo "make bench-rls     sluice serve (memory, Redis) against envoyproxy/ratelimit, gubernator and a do-nothing RLS server (ROUNDS, DURATION)"
+	@echo "make bench-pace    the client pacer's cost per call against x/time/rate's Limiter.Wait"
+	@echo "make sim           the client against sluice's own middleware, 5×L offered, on a simulated clock: the figures of docs/BENCHMARKS.md"
 	@echo "make fault         the Redis outage run with the issue's bounds (timeout + 10 ms)"
 
 test:
@@ -78,3 +80,11 @@ bench-gateway:
 
 bench-rls:
 	bench/rls.sh
+
+bench-pace:
+	mkdir -p $(OUT)
+	cd bench && $(GO) test -run '^$$' -bench 'PacerWait' -benchtime $(BENCHTIME) -count $(COUNT) . | tee ../$(OUT)/pace.txt
+	$(TOOL) benchstat -col /impl $(OUT)/pace.txt | tee $(OUT)/pace.benchstat
+
+sim:
+	SLUICE_SIM=1 $(GO) test -count=1 -v -run 'TestConfiguredLimit|TestLearnsFrom|TestSeedScenario|TestSimulationMatrix' ./pace | grep -E '^(=== RUN|--- |ok|FAIL)|sim_test|explore_test'

@@ -48,7 +48,7 @@ func (m *Metrics) RegisterPace(name string, t *pace.Transport) error {
 	}
 	gauge, count := prometheus.GaugeValue, prometheus.CounterValue
 	sc := &statsCollector[pace.TransportStats]{t.Stats, []counter[pace.TransportStats]{
-		c("effective_rate", "Cost granted per second by the pacer, measured and smoothed over about two seconds.", gauge, func(x pace.TransportStats) float64 { return x.Pacer.EffectiveRate }),
+		c("effective_rate", "Cost granted per second by the pacer, measured over the last second.", gauge, func(x pace.TransportStats) float64 { return x.Pacer.EffectiveRate }),
 		c("rate_limit", "Rate in use, in cost per second: the slowest of the configured, learned and adaptive limits; +Inf when there is none.", gauge, func(x pace.TransportStats) float64 { return x.Pacer.Rate }),
 		c("queued", "Reservations waiting for the pacer now.", gauge, func(x pace.TransportStats) float64 { return float64(x.Pacer.Queued) }),
 		c("in_flight", "Granted reservations not yet done now (counted only under MaxInFlight).", gauge, func(x pace.TransportStats) float64 { return float64(x.Pacer.InFlight) }),
