@@ -27,12 +27,19 @@ func TestSimulationMatrix(t *testing.T) {
 		{Name: "a", Quota: 50, Window: time.Second, Algorithm: sluice.FixedWindow},
 		{Name: "a", Quota: 50, Window: time.Second, Algorithm: sluice.SlidingWindow},
 	} {
-		for _, f := range []fields{rateLimitFields, retryAfterOnly} {
-			name := map[fields]string{rateLimitFields: "RateLimit fields", retryAfterOnly: "429 + Retry-After only"}[f]
-			t.Run(l.String()+"/"+name, func(t *testing.T) {
+		for _, c := range []struct {
+			name  string
+			f     fields
+			holds pace.HoldScope
+		}{
+			{"RateLimit fields", rateLimitFields, pace.HoldTarget},
+			{"429 + Retry-After only", retryAfterOnly, pace.HoldTarget},
+			{"429 + Retry-After only, HoldRequest", retryAfterOnly, pace.HoldRequest},
+		} {
+			t.Run(l.String()+"/"+c.name, func(t *testing.T) {
 				synctest.Test(t, func(t *testing.T) {
-					res, _ := simulate(t, l, f, pace.Options{}, simFor)
-					t.Logf("%v, %s, limit unknown: %v", l, name, res)
+					res, _ := simulateWith(t, l, c.f, pace.Options{}, pace.RetryOptions{Holds: c.holds}, simFor)
+					t.Logf("%v, %s, limit unknown: %v", l, c.name, res)
 				})
 			})
 		}

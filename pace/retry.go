@@ -72,7 +72,25 @@ type RetryOptions struct {
 	// IdempotencyKey is the header that makes a request with a method that is
 	// not idempotent safe to retry. Default DefaultIdempotencyName.
 	IdempotencyKey string
+	// Holds says whom a Retry-After holds. Default HoldTarget.
+	Holds HoldScope
 }
+
+// HoldScope says whom a Retry-After holds.
+type HoldScope int
+
+const (
+	// HoldTarget, the default: every request through the Pacer waits until
+	// the instant a Retry-After names — RFC 6585's "how long to wait before
+	// making a new request": a target that said it is full gets nothing
+	// before then.
+	HoldTarget HoldScope = iota
+	// HoldRequest: only the throttled request waits its Retry-After out;
+	// the others go on at the rate the Pacer lowered on the throttle. For
+	// targets known to round a short wait up to whole seconds, where
+	// holding every request costs throughput (docs/BENCHMARKS.md).
+	HoldRequest
+)
 
 func (o RetryOptions) withDefaults() (RetryOptions, error) {
 	bad := func(field string, v any, why string) error {
@@ -93,6 +111,8 @@ func (o RetryOptions) withDefaults() (RetryOptions, error) {
 		return o, bad("Budget", o.Budget, "is not a share between 0 and 1")
 	case math.IsNaN(o.MinRetries) || math.IsInf(o.MinRetries, 0) || o.MinRetries < 0:
 		return o, bad("MinRetries", o.MinRetries, "is not a rate of 0 or more per second")
+	case o.Holds != HoldTarget && o.Holds != HoldRequest:
+		return o, bad("Holds", int(o.Holds), "is not HoldTarget or HoldRequest")
 	case o.IdempotencyKey != "" && !validHeaderName(o.IdempotencyKey):
 		return o, bad("IdempotencyKey", fmt.Sprintf("%q", o.IdempotencyKey), "is not a header name")
 	}

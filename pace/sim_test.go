@@ -181,13 +181,19 @@ func (r simResult) String() string {
 // opts, for d of simulated time.
 func simulate(t *testing.T, limit sluice.Limit, f fields, opts pace.Options, d time.Duration) (simResult, *target) {
 	t.Helper()
+	return simulateWith(t, limit, f, opts, pace.RetryOptions{}, d)
+}
+
+// simulateWith is simulate with the Transport's retry options.
+func simulateWith(t *testing.T, limit sluice.Limit, f fields, opts pace.Options, retry pace.RetryOptions, d time.Duration) (simResult, *target) {
+	t.Helper()
 	tg := newTarget(t, limit, f)
 	defer tg.close()
 	p, err := pace.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr, err := pace.NewTransport(pace.TransportOptions{Base: inProcess{tg.handler}, Pacer: p})
+	tr, err := pace.NewTransport(pace.TransportOptions{Base: inProcess{tg.handler}, Pacer: p, Retry: retry})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -207,7 +207,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 				t.stats.capped.Add(1)
 			}
 			if ok {
-				t.pacer.HoldUntil(now.Add(wait))
+				if t.retry.Holds == HoldTarget {
+					t.pacer.HoldUntil(now.Add(wait))
+				}
 				notAfter = now.Add(wait + jitter(t.retry.BaseDelay))
 			} else {
 				notAfter = now.Add(backoff(t.retry.BaseDelay, t.retry.MaxDelay, throttle))

@@ -292,6 +292,44 @@ func TestRetryAfterHoldsEveryRequest(t *testing.T) {
 	})
 }
 
+// TestHoldRequestHoldsOnlyTheThrottled: with HoldRequest, the second request
+// is not held by the first one's Retry-After; the first still waits it out.
+func TestHoldRequestHoldsOnlyTheThrottled(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		tg := newScriptedTarget(reply{status: 429, header: map[string]string{"Retry-After": "5"}}, ok200)
+		tr := newTestTransport(t, tg, pace.TransportOptions{Retry: pace.RetryOptions{Holds: pace.HoldRequest}})
+		var wg sync.WaitGroup
+		for _, path := range []string{"/a", "/b"} {
+			wg.Go(func() {
+				if path == "/b" {
+					time.Sleep(time.Second)
+				}
+				req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://target.test"+path, nil)
+				if status, err := roundTrip(tr, req); err != nil || status != 200 {
+					t.Errorf("%s: got (%d, %v), want 200", path, status, err)
+				}
+			})
+		}
+		wg.Wait()
+		var a, b []time.Duration
+		for _, x := range tg.seen() {
+			if x.path == "/a" {
+				a = append(a, x.at)
+			} else {
+				b = append(b, x.at)
+			}
+		}
+		const s = time.Second
+		if len(a) != 2 || len(b) != 1 || b[0] != s || a[1] < 5*s || a[1] > 5*s+pace.DefaultBaseDelay {
+			t.Errorf("/a at %v, /b at %v; want /b at 1s (not held), /a again in [5s, 5.1s]", a, b)
+		}
+		if h := tr.Stats().Pacer.HoldUntil; !h.IsZero() {
+			t.Errorf("the pacer is held until %v", h)
+		}
+	})
+}
+
 // TestThrottledSpendsNoAttempt: throttled answers (429, 503 with Retry-After)
 // are retried whatever MaxAttempts says; failures (5xx, 503 without
 // Retry-After) spend one attempt each.
@@ -779,6 +817,7 @@ func TestNewTransportRefuses(t *testing.T) {
 		{"IdempotencyKey with a space", pace.TransportOptions{Retry: pace.RetryOptions{IdempotencyKey: "Idempotency Key"}}, "IdempotencyKey"},
 		{"IdempotencyKey with a colon", pace.TransportOptions{Retry: pace.RetryOptions{IdempotencyKey: "Key:"}}, "IdempotencyKey"},
 		{"IdempotencyKey not ASCII", pace.TransportOptions{Retry: pace.RetryOptions{IdempotencyKey: "Clé"}}, "IdempotencyKey"},
+		{"unknown Holds", pace.TransportOptions{Retry: pace.RetryOptions{Holds: 7}}, "Holds"},
 		{"IdempotencyKey with a newline", pace.TransportOptions{Retry: pace.RetryOptions{IdempotencyKey: "Key\r\nX"}}, "IdempotencyKey"},
 		{"negative breaker Failures", pace.TransportOptions{Breaker: pace.BreakerOptions{Failures: -1}}, "Failures"},
 		{"negative breaker OpenFor", pace.TransportOptions{Breaker: pace.BreakerOptions{OpenFor: -1}}, "OpenFor"},
