@@ -24,8 +24,8 @@ var ErrInvalidTarget = errors.New("metrics: invalid pace target name")
 //   - requests_total, tries_total, retries_total, throttled_total,
 //     failures_total, retry_after_capped_total,
 //     retry_budget_exhausted_total, gave_up_total: the Transport;
-//   - holds_total, learned_total: the Pacer's Retry-After holds and learned
-//     limits;
+//   - holds_total, learned_total: the Pacer's holds (Retry-After, or a field
+//     saying nothing is left until a reset) and the policies it learned;
 //   - breaker_state (0 closed, 1 open, 2 half-open), breaker_opens_total,
 //     breaker_rejected_total: the breaker.
 //
@@ -62,8 +62,8 @@ func (m *Metrics) RegisterPace(name string, t *pace.Transport) error {
 		c("retry_after_capped_total", "Retry-After waits cut to MaxRetryAfter.", count, u(func(x pace.TransportStats) uint64 { return x.RetryAfterCapped })),
 		c("retry_budget_exhausted_total", "Retries refused by the retry budget.", count, u(func(x pace.TransportStats) uint64 { return x.BudgetSpent })),
 		c("gave_up_total", "Requests that stopped retrying and returned their last answer or error.", count, u(func(x pace.TransportStats) uint64 { return x.GaveUp })),
-		c("holds_total", "Times a Retry-After lengthened the pacer's hold on every request.", count, u(func(x pace.TransportStats) uint64 { return x.Pacer.Holds })),
-		c("learned_total", "Answers whose rate limit fields changed a learned limit.", count, u(func(x pace.TransportStats) uint64 { return x.Pacer.Learned })),
+		c("holds_total", "Times the pacer's hold on every request was lengthened: a Retry-After, or a RateLimit or X-RateLimit-* field saying nothing is left until a reset.", count, u(func(x pace.TransportStats) uint64 { return x.Pacer.Holds })),
+		c("learned_total", "Policies of the target (RateLimit-Policy) learned or changed.", count, u(func(x pace.TransportStats) uint64 { return x.Pacer.Learned })),
 		c("breaker_state", "Circuit breaker state: 0 closed, 1 open, 2 half-open.", gauge, func(x pace.TransportStats) float64 { return breakerState(x.Breaker.State) }),
 		c("breaker_opens_total", "Times the circuit breaker opened.", count, u(func(x pace.TransportStats) uint64 { return x.Breaker.Opens })),
 		c("breaker_rejected_total", "Requests the circuit breaker refused.", count, u(func(x pace.TransportStats) uint64 { return x.Breaker.Rejected })),

@@ -62,7 +62,15 @@ type AdaptiveOptions struct {
 	Beta float64
 	// C is CUBIC's scaling constant, positive. Default DefaultC.
 	C float64
+	// Forget drops the learned limits when no answer has restated a
+	// policy for that long, so that a target's mistake (a quota of one
+	// per ten years) cannot stop the client for good: the next request
+	// goes, and its answer teaches again. Default DefaultForget.
+	Forget time.Duration
 }
+
+// DefaultForget is the default AdaptiveOptions.Forget.
+const DefaultForget = 10 * time.Minute
 
 func (a AdaptiveOptions) withDefaults() (AdaptiveOptions, error) {
 	bad := func(field string, v float64, why string) error {
@@ -80,6 +88,11 @@ func (a AdaptiveOptions) withDefaults() (AdaptiveOptions, error) {
 		return a, bad("Beta", a.Beta, "is not in (0, 1)")
 	case math.IsNaN(a.C) || math.IsInf(a.C, 0) || a.C < 0:
 		return a, bad("C", a.C, "is not a positive number")
+	case a.Forget < 0:
+		return a, fmt.Errorf("%w: Adaptive.Forget %v is negative", ErrInvalidOptions, a.Forget)
+	}
+	if a.Forget == 0 {
+		a.Forget = DefaultForget
 	}
 	if a.MinRate == 0 {
 		a.MinRate = DefaultMinRate
@@ -117,6 +130,10 @@ type Feedback struct {
 	// Legacy holds the X-RateLimit-* fields when HasLegacy.
 	Legacy    ratelimitheader.Legacy
 	HasLegacy bool
+	// Hold, when not zero, is an instant before which nothing is to be
+	// released (a Retry-After), applied in the same step as the rest, so
+	// no grant slips in between (see Pacer.HoldUntil).
+	Hold time.Time
 }
 
 // Feedback teaches the Pacer from one answer of the target: it learns the
@@ -132,6 +149,10 @@ func (p *Pacer) Feedback(f Feedback) {
 	defer p.mu.Unlock()
 	now := f.Received.UnixMicro()
 	changed := p.learnLocked(f, now)
+	if f.Hold.After(p.holdUntil) {
+		p.holdLocked(f.Hold)
+		changed = true
+	}
 	if f.Throttled {
 		p.stats.Throttled++
 		for _, g := range p.learned {
@@ -151,8 +172,8 @@ func (p *Pacer) Feedback(f Feedback) {
 			_ = p.setAdaptive(p.ctrl.decrease(w, f.Received), now)
 			changed = true
 		}
-	} else if p.adaptive != nil {
-		// The climb is capped at twice the measured rate (a rate the
+	} else if p.adaptive != nil && !p.ctrl.lastFail.IsZero() {
+		// (Before the first throttle, the rate stays at Initial.) The climb is capped at twice the measured rate (a rate the
 		// client does not use means nothing), but never below where it
 		// restarted: a hold or an idle spell lowers the measure without
 		// saying anything about the target.
@@ -185,6 +206,7 @@ func (p *Pacer) learnLocked(f Feedback, now int64) bool {
 		}
 		g := p.learned[pol.Name]
 		if g != nil && g.params.Limit == l {
+			p.learnedSeen = f.Received
 			continue
 		}
 		if g == nil {
@@ -198,6 +220,7 @@ func (p *Pacer) learnLocked(f Feedback, now int64) bool {
 			continue
 		}
 		p.stats.Learned++
+		p.learnedSeen = f.Received
 		fresh = append(fresh, pol.Name)
 		changed = true
 	}

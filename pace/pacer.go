@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -26,7 +27,8 @@ var (
 )
 
 // Options configures a Pacer. The zero Options is a Pacer with no limit of its
-// own that only learns (see Adaptive) and releases work one slice at a time.
+// own, that learns the target's (see AdaptiveOptions) and then releases work a
+// slice at a time.
 type Options struct {
 	// Limits are the target's known limits, all of which every release
 	// respects: a per-second and a per-day quota, say. Each is enforced
@@ -82,12 +84,13 @@ type Pacer struct {
 	maxInFlight int
 	inFlight    int
 
-	holdUntil time.Time // no release before
-	credit    int64     // atoms granted to an abandoned reservation, for the next grants
-	creditAt  time.Time // when they were granted
-	queue     []*Reservation
-	timer     *time.Timer
-	closed    bool
+	holdUntil   time.Time // no release before
+	learnedSeen time.Time // when an answer last stated a learned policy
+	credit      int64     // atoms granted to an abandoned reservation, for the next grants
+	creditAt    time.Time // when they were granted
+	queue       []*Reservation
+	timer       *time.Timer
+	closed      bool
 
 	meter rateMeter
 	stats Stats
@@ -134,7 +137,9 @@ func New(o Options) (*Pacer, error) {
 	now := time.Now().UnixMicro()
 	limits := o.Limits
 	if a.Ceiling > 0 {
-		limits = append(limits[:len(limits):len(limits)], sluice.Limit{Name: ceilingName, Quota: a.Ceiling, Window: time.Second})
+		// A ceiling under one unit per second still lets a request of
+		// one unit through, every 1/Ceiling seconds.
+		limits = append(limits[:len(limits):len(limits)], sluice.Limit{Name: ceilingName, Quota: a.Ceiling, Window: time.Second, Burst: max(a.Ceiling, 1)})
 	}
 	names := make(map[string]bool, len(limits))
 	fastest := -1
@@ -225,7 +230,9 @@ func (g *gate) remaining(now int64) int64 {
 }
 
 // retarget replaces g's limit by l, carrying over how much is spent: the new
-// state holds no more than the old one had left. l must be chargeable.
+// state, fresh (full), is spent down to what the old one had left. The spend
+// is an ordinary one — at most the capacity, from a full state — so it is
+// always admitted, whatever the size of the limit.
 func (g *gate) retarget(l sluice.Limit, now int64) error {
 	p, err := algo.Compile(l)
 	if err != nil {
@@ -235,7 +242,7 @@ func (g *gate) retarget(l sluice.Limit, now int64) error {
 	st := algo.NewState(l.Algorithm)
 	st.Init(p, now)
 	if spent := p.CapacityAtoms() - left; spent > 0 {
-		if _, err := st.Step(p, algo.Call{Now: now, Cost: spent, Force: true, Clamp: true}, true); err != nil {
+		if _, err := st.Step(p, algo.Call{Now: now, Cost: spent, Clamp: true}, true); err != nil {
 			return err
 		}
 	}
@@ -244,10 +251,10 @@ func (g *gate) retarget(l sluice.Limit, now int64) error {
 }
 
 // lower spends what g holds beyond left atoms, so that it admits no more than
-// the target says it has left.
+// the target says it has left (an ordinary spend of what is there).
 func (g *gate) lower(left, now int64) {
 	if have := g.remaining(now); have > left {
-		_, _ = g.state.Step(g.params, algo.Call{Now: now, Cost: have - left, Force: true, Clamp: true}, true)
+		_, _ = g.state.Step(g.params, algo.Call{Now: now, Cost: have - left, Clamp: true}, true)
 	}
 }
 
@@ -261,6 +268,7 @@ type Reservation struct {
 	queued    time.Time
 	ready     chan struct{}
 	err       error // set before ready is closed when the reservation failed
+	first     bool  // queued ahead of the others (a retry)
 	granted   bool
 	grantedAt time.Time
 	done      bool // the permit was given back
@@ -298,7 +306,11 @@ func (r *Reservation) Cancel() {
 				p.credit, p.creditAt = 0, r.grantedAt
 			}
 			p.credit += r.atoms
+			// Not a grant after all: the one the credit goes to is.
 			p.stats.Credited++
+			p.stats.Granted--
+			p.stats.GrantedCost -= r.cost
+			p.meter.add(r.grantedAt, -r.cost)
 		}
 		p.doneLocked(r)
 		p.pumpLocked()
@@ -346,13 +358,15 @@ func (p *Pacer) doneLocked(r *Reservation) {
 // capacity; otherwise Reserve returns an error wrapping sluice.ErrInvalidCost
 // or sluice.ErrCostExceedsLimit.
 func (p *Pacer) Reserve(cost float64) (*Reservation, error) {
-	r, _, err := p.reserve(cost)
+	r, _, err := p.reserve(cost, false)
 	return r, err
 }
 
 // reserve is Reserve, and the wait until the grant when it is known: for a
 // reservation granted at once (0) or at the head of the queue; -1 otherwise.
-func (p *Pacer) reserve(cost float64) (*Reservation, time.Duration, error) {
+// A first reservation (a retry, whose request has waited already) goes ahead of
+// the others.
+func (p *Pacer) reserve(cost float64, first bool) (*Reservation, time.Duration, error) {
 	atoms, ok := units.FromCost(cost)
 	if !ok {
 		return nil, 0, fmt.Errorf("%w: %v is not a positive finite number of at least one millionth", sluice.ErrInvalidCost, cost)
@@ -363,7 +377,13 @@ func (p *Pacer) reserve(cost float64) (*Reservation, time.Duration, error) {
 		return nil, 0, ErrClosed
 	}
 	for _, g := range p.fixed {
-		if !g.sliced && atoms > g.params.CapacityAtoms() {
+		if g.sliced {
+			continue
+		}
+		if _, err := g.params.Cost(cost); err != nil {
+			return nil, 0, fmt.Errorf("pace: limit %q: %w", g.params.Limit.Name, err) // a fraction of a SlidingLog's unit
+		}
+		if atoms > g.params.CapacityAtoms() {
 			return nil, 0, fmt.Errorf("pace: cost %v: %w %q (capacity %v)", cost, sluice.ErrCostExceedsLimit, g.params.Limit.Name, g.params.Limit.Capacity())
 		}
 	}
@@ -385,7 +405,17 @@ func (p *Pacer) reserve(cost float64) (*Reservation, time.Duration, error) {
 		return r, wait, nil
 	}
 	r.ready = make(chan struct{})
-	p.queue = append(p.queue, r)
+	if first {
+		// Ahead of everything but the retries queued before it.
+		i := 0
+		for i < len(p.queue) && p.queue[i].first {
+			i++
+		}
+		r.first = true
+		p.queue = slices.Insert(p.queue, i, r)
+	} else {
+		p.queue = append(p.queue, r)
+	}
 	p.pumpLocked()
 	return r, -1, nil
 }
@@ -399,10 +429,15 @@ func (p *Pacer) reserve(cost float64) (*Reservation, time.Duration, error) {
 // returns at once an error wrapping context.DeadlineExceeded. See Reserve for
 // the errors of a bad cost.
 func (p *Pacer) Wait(ctx context.Context, cost float64) (*Reservation, error) {
+	return p.wait(ctx, cost, false)
+}
+
+// wait is Wait; first puts the reservation ahead of the others (see reserve).
+func (p *Pacer) wait(ctx context.Context, cost float64, first bool) (*Reservation, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	r, wait, err := p.reserve(cost)
+	r, wait, err := p.reserve(cost, first)
 	if err != nil {
 		return nil, err
 	}
@@ -506,9 +541,25 @@ func (p *Pacer) pumpLocked() {
 
 // tryLocked spends r's cost at t if every gate admits it, and otherwise says
 // how long until it may (or why it never will).
-func (p *Pacer) tryLocked(r *Reservation, t time.Time) (time.Duration, error) {
+func (p *Pacer) tryLocked(r *Reservation, t time.Time) (wait time.Duration, err error) {
 	if t.Before(p.holdUntil) {
 		return p.holdUntil.Sub(t), nil
+	}
+	if len(p.order) > 0 {
+		forget := p.learnedSeen.Add(p.aopts.Forget)
+		if !t.Before(forget) {
+			clear(p.learned)
+			p.order = p.order[:0]
+			p.stats.Forgotten++
+			p.rebuildLocked()
+		} else {
+			// Wake up when they are forgotten, at the latest.
+			defer func() {
+				if wait > 0 {
+					wait = min(wait, forget.Sub(t))
+				}
+			}()
+		}
 	}
 	if p.credit > 0 {
 		if t.Sub(p.creditAt) >= creditFor || t.Before(p.creditAt) {
@@ -528,7 +579,6 @@ func (p *Pacer) tryLocked(r *Reservation, t time.Time) (time.Duration, error) {
 		}
 		return res.RetryAfter(), nil
 	}
-	var wait time.Duration
 	for _, g := range p.all {
 		res, err := g.state.Step(g.params, algo.Call{Now: now, Cost: g.atoms(r.atoms), Clamp: true}, false)
 		if err != nil {
@@ -606,14 +656,16 @@ type Stats struct {
 	// Rate is the rate in use, in cost per second: the slowest of the
 	// configured, learned and adaptive limits; +Inf when there is none.
 	Rate float64
-	// Holds counts the times HoldUntil lengthened the hold; HoldUntil is the
-	// current one (zero or past: none).
+	// Holds counts the times the hold was lengthened (a Retry-After, or a
+	// RateLimit or X-RateLimit-* field saying nothing is left until a
+	// reset); HoldUntil is the current one (zero or past: none).
 	Holds     uint64
 	HoldUntil time.Time
 	// Throttled counts throttled answers in Feedback (429, 503 with
-	// Retry-After); Learned counts answers whose fields changed a learned
-	// limit.
-	Throttled, Learned uint64
+	// Retry-After); Learned counts the policies learned or changed by an
+	// answer; Forgotten the times the learned limits were dropped for want
+	// of an answer restating them (AdaptiveOptions.Forget).
+	Throttled, Learned, Forgotten uint64
 }
 
 // Stats returns the Pacer's counters now.

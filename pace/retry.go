@@ -52,9 +52,10 @@ type RetryOptions struct {
 	// BaseDelay and MaxDelay shape the backoff. Defaults DefaultBaseDelay
 	// and DefaultMaxDelay.
 	BaseDelay, MaxDelay time.Duration
-	// Deadline bounds a request's whole life, waits included, from its
-	// first try; the request's context may end it sooner. Default
-	// DefaultDeadline.
+	// Deadline bounds a request's waits and retries, from its first try:
+	// no try starts after it, and no wait for the Pacer lasts beyond it. A
+	// try in flight is bounded by the request's context and the Base's own
+	// timeouts, not by Deadline. Default DefaultDeadline.
 	Deadline time.Duration
 	// MaxRetryAfter caps the wait a Retry-After imposes: a longer one is
 	// waited for MaxRetryAfter only, and counted (Stats.RetryAfterCapped).
@@ -67,7 +68,10 @@ type RetryOptions struct {
 	// everything, retries stop multiplying the load. Default DefaultBudget.
 	Budget float64
 	// MinRetries is the retries per second the budget always allows (so
-	// a client sending little can still retry). Default DefaultMinRetries.
+	// a client sending little can still retry). Default DefaultMinRetries;
+	// a zero Budget or MinRetries means its default, so the smallest
+	// budget is a tiny one (say 1e-9), and no retries at all is a plain
+	// http.Client.
 	MinRetries float64
 	// IdempotencyKey is the header that makes a request with a method that is
 	// not idempotent safe to retry. Default DefaultIdempotencyName.

@@ -1,6 +1,7 @@
 package pace
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -36,10 +37,14 @@ type TransportOptions struct {
 // of a rate-limited target: each try waits for the Pacer, the target's answers
 // teach the Pacer its limit, throttled and failed tries are retried as
 // RetryOptions say, and a circuit breaker stops sending to a target that
-// fails.
+// fails: the breaker counts a 5xx (but 501 and 505) or a round-trip error as a
+// failure, and any other answer, a 429 or a 4xx included, as a success (the
+// target is up).
 //
 // A response's body holds the Pacer's concurrency slot (MaxInFlight) until it
 // is read to the end or closed, as an http.Client's caller must do anyway.
+// While a request waits to retry, its last answer is kept in memory (up to 64
+// KiB of body) and its connection and slot are given back.
 // Errors: ErrOpen (wrapped) when the breaker is open, the Pacer's errors for a
 // bad cost, the request context's error, or the Base's. A Transport is safe for
 // concurrent use.
@@ -149,10 +154,11 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			done(Ignored) // it turned half-open meanwhile: ask again below
 		}
 		waitCtx, cancel := context.WithDeadline(ctx, deadline)
-		permit, err := t.pacer.Wait(waitCtx, cost)
+		// A retry goes ahead of the first tries: its request has waited.
+		permit, err := t.pacer.wait(waitCtx, cost, try > 0)
 		cancel()
 		if err != nil {
-			if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil && !callerFirst(ctx, deadline) {
 				err = fmt.Errorf("pace: no capacity before the retry deadline (%v): %w", t.retry.Deadline, err)
 			}
 			return giveUp(err)
@@ -161,19 +167,20 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		// in the Pacer's queue: the breaker may have opened meanwhile.
 		done, err := t.breaker.Allow()
 		if err != nil {
-			permit.Done()
+			permit.Cancel() // unused: its capacity goes to the work behind
 			return giveUp(err)
 		}
 		r := req
 		if try > 0 {
 			discard(last)
-			last = nil
+			last, lastErr = nil, nil
 			if r, err = rewind(req); err != nil {
-				permit.Done()
+				permit.Cancel()
 				done(Ignored)
 				t.stats.gaveUp.Add(1)
 				return nil, err
 			}
+			t.stats.retries.Add(1)
 		}
 		sent := time.Now()
 		sentOnce = true
@@ -181,14 +188,28 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		resp, err := t.base.RoundTrip(r)
 		now := time.Now()
 		k := classify(resp, err)
-		t.pacer.Feedback(feedbackOf(resp, sent, now, k == throttled, t.retry.MaxRetryAfter))
+		canceled := err != nil && ctx.Err() != nil
+		fb := feedbackOf(resp, sent, now, k == throttled, t.retry.MaxRetryAfter)
+		var wait time.Duration
+		var hasWait bool
+		if k == throttled {
+			var capped bool
+			wait, capped, hasWait = retryAfter(resp.Header, now, t.retry.MaxRetryAfter)
+			if capped {
+				t.stats.capped.Add(1)
+			}
+			if hasWait && t.retry.Holds == HoldTarget {
+				fb.Hold = now.Add(wait) // in the same step: no grant slips in before it
+			}
+		}
+		t.pacer.Feedback(fb)
 		switch {
-		case err != nil && ctx.Err() != nil:
+		case canceled:
 			done(Ignored)
 		case k == failed:
 			done(Failure)
 		default:
-			done(Success) // a 429 is an answer: the target is up
+			done(Success) // any answer but a 5xx, a 429 included: the target is up
 		}
 		if resp != nil {
 			holdBody(resp, permit)
@@ -202,24 +223,17 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		case throttled:
 			t.stats.throttled.Add(1)
 			throttle++
-			wait, capped, ok := retryAfter(resp.Header, now, t.retry.MaxRetryAfter)
-			if capped {
-				t.stats.capped.Add(1)
-			}
-			if ok {
-				if t.retry.Holds == HoldTarget {
-					t.pacer.HoldUntil(now.Add(wait))
-				}
+			if hasWait {
 				notAfter = now.Add(wait + jitter(t.retry.BaseDelay))
 			} else {
 				notAfter = now.Add(backoff(t.retry.BaseDelay, t.retry.MaxDelay, throttle))
 			}
 		case failed:
-			t.stats.failures.Add(1)
-			failures++
-			if err != nil && ctx.Err() != nil {
+			if canceled {
 				return giveUp(ctx.Err())
 			}
+			t.stats.failures.Add(1)
+			failures++
 			if failures >= t.retry.MaxAttempts {
 				return giveUp(nil)
 			}
@@ -232,8 +246,38 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			t.stats.budgetSpent.Add(1)
 			return giveUp(nil)
 		}
-		t.stats.retries.Add(1)
+		// Waiting to retry: keep the answer (to return it if retrying
+		// stops) but not its connection nor its concurrency slot.
+		last, lastErr = keep(last, lastErr)
 	}
+}
+
+// callerFirst reports whether ctx's own deadline comes before deadline (so a
+// deadline error is the caller's, not the retry Deadline's).
+func callerFirst(ctx context.Context, deadline time.Time) bool {
+	d, ok := ctx.Deadline()
+	return ok && d.Before(deadline)
+}
+
+// maxKept is the largest answer body kept in memory while waiting to retry.
+const maxKept = 64 << 10
+
+// keep reads resp's body into memory and closes it — giving back its
+// connection and the Pacer's concurrency slot — so that resp can be returned
+// later. A body over maxKept is not kept: the answer becomes an error that
+// says what it was.
+func keep(resp *http.Response, err error) (*http.Response, error) {
+	if resp == nil {
+		return nil, err
+	}
+	body, rerr := io.ReadAll(io.LimitReader(resp.Body, maxKept+1))
+	_ = resp.Body.Close()
+	if rerr != nil || len(body) > maxKept {
+		return nil, fmt.Errorf("pace: the last answer was %s (its body not kept: over %d bytes or unreadable)", resp.Status, maxKept)
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	resp.ContentLength = int64(len(body))
+	return resp, nil
 }
 
 // jitter is a random wait in [0, d), spreading the retries of clients told

@@ -1168,3 +1168,81 @@ func FuzzFeedback(f *testing.F) {
 		})
 	})
 }
+
+// TestRetriesUnderMaxInFlight: a request waiting to retry gives its
+// concurrency slot back (a review found every retry stalled until the
+// Deadline under MaxInFlight), and the answer it may return is kept.
+func TestRetriesUnderMaxInFlight(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		p, _ := pace.New(pace.Options{MaxInFlight: 1})
+		defer p.Close()
+		tg := newScriptedTarget(reply{status: 429, header: map[string]string{"Retry-After": "1"}}, ok200)
+		tr := newTestTransport(t, tg, pace.TransportOptions{Pacer: p, Retry: pace.RetryOptions{Deadline: time.Hour}})
+		start := time.Now()
+		status, err := roundTrip(tr, get(t, t.Context()))
+		if err != nil || status != 200 || time.Since(start) > time.Second+pace.DefaultBaseDelay {
+			t.Errorf("got (%d, %v) after %v; want 200 after about 1 s", status, err, time.Since(start))
+		}
+	})
+	synctest.Test(t, func(t *testing.T) {
+		p, _ := pace.New(pace.Options{MaxInFlight: 4})
+		defer p.Close()
+		tg := newScriptedTarget(append(times(4, err500), ok200)...)
+		tr := newTestTransport(t, tg, pace.TransportOptions{Pacer: p, Retry: pace.RetryOptions{Deadline: time.Minute, MaxAttempts: 10}})
+		start := time.Now()
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Go(func() {
+				if status, err := roundTrip(tr, get(t, t.Context())); err != nil || status != 200 {
+					t.Errorf("got (%d, %v), want 200", status, err)
+				}
+			})
+		}
+		wg.Wait()
+		if took := time.Since(start); took >= time.Minute {
+			t.Errorf("four retrying requests under MaxInFlight 4 took %v: stalled until the Deadline", took)
+		}
+		if s := p.Stats(); s.InFlight != 0 {
+			t.Errorf("%d slots still held", s.InFlight)
+		}
+	})
+	// The answer returned when retrying stops is whole, though its body was
+	// read while waiting.
+	synctest.Test(t, func(t *testing.T) {
+		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(http.StatusInternalServerError)
+			_, _ = io.WriteString(w, "try later")
+		})
+		tr := newTestTransport(t, h, pace.TransportOptions{Retry: pace.RetryOptions{MaxAttempts: 1, Deadline: time.Second, BaseDelay: 2 * time.Second}})
+		resp, err := tr.RoundTrip(get(t, t.Context()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 500 || string(body) != "try later" {
+			t.Errorf("got %d %q, want 500 \"try later\"", resp.StatusCode, body)
+		}
+	})
+}
+
+// TestCallersDeadlineIsNamed: when the caller's own deadline is the one the
+// wait outlasts, the error does not blame the retry Deadline.
+func TestCallersDeadlineIsNamed(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		p, _ := pace.New(pace.Options{Limits: []sluice.Limit{{Name: "api", Quota: 1, Window: time.Hour}}})
+		defer p.Close()
+		tr := newTestTransport(t, newScriptedTarget(ok200), pace.TransportOptions{Pacer: p})
+		if status, err := roundTrip(tr, get(t, t.Context())); err != nil || status != 200 {
+			t.Fatalf("first: (%d, %v)", status, err)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		_, err := roundTrip(tr, get(t, ctx))
+		if !errors.Is(err, context.DeadlineExceeded) || strings.Contains(err.Error(), "retry deadline") {
+			t.Errorf("got %v; want the caller's deadline, not the retry Deadline", err)
+		}
+	})
+}

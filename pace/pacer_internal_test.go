@@ -1,0 +1,55 @@
+package pace
+
+import (
+	"context"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// TestRetriesGoFirst: a retry's reservation goes ahead of the first tries
+// queued before it (its request has waited already), though not ahead of
+// the retries queued before it. One per second: a at 0; then retry1 at 1 s
+// and retry2 at 2 s, before b (3 s) and c (4 s), which were queued first.
+func TestRetriesGoFirst(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p, err := New(Options{Limits: []sluice.Limit{{Name: "api", Quota: 1, Window: time.Second}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close()
+		start := time.Now()
+		a, _ := p.Reserve(1)
+		<-a.Ready()
+		b, _ := p.Reserve(1)
+		c, _ := p.Reserve(1)
+		got := make(map[string]time.Duration)
+		at := func(name string, ready <-chan struct{}) {
+			<-ready
+			got[name] = time.Since(start)
+		}
+		retry := make([]chan struct{}, 2)
+		for i := range retry {
+			retry[i] = make(chan struct{})
+			go func() {
+				if _, err := p.wait(context.Background(), 1, true); err != nil {
+					t.Error(err)
+				}
+				close(retry[i])
+			}()
+			synctest.Wait() // retry1 is queued before retry2
+		}
+		at("retry1", retry[0])
+		at("retry2", retry[1])
+		at("b", b.Ready())
+		at("c", c.Ready())
+		want := map[string]time.Duration{"retry1": time.Second, "retry2": 2 * time.Second, "b": 3 * time.Second, "c": 4 * time.Second}
+		for k, w := range want {
+			if got[k] != w {
+				t.Errorf("%s granted at %v, want %v", k, got[k], w)
+			}
+		}
+	})
+}
