@@ -96,6 +96,9 @@ func (a AdaptiveOptions) withDefaults() (AdaptiveOptions, error) {
 	}
 	if a.MinRate == 0 {
 		a.MinRate = DefaultMinRate
+		if a.Ceiling > 0 {
+			a.MinRate = min(a.MinRate, a.Ceiling)
+		}
 	}
 	if a.Beta == 0 {
 		a.Beta = DefaultBeta
@@ -147,7 +150,9 @@ func (p *Pacer) Feedback(f Feedback) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	now := f.Received.UnixMicro()
+	// The gates step at the time of this call: an answer reported late
+	// must not make them refill twice.
+	now := p.micros(time.Now())
 	changed := p.learnLocked(f, now)
 	if f.Hold.After(p.holdUntil) {
 		p.holdLocked(f.Hold)
@@ -206,7 +211,7 @@ func (p *Pacer) learnLocked(f Feedback, now int64) bool {
 		}
 		g := p.learned[pol.Name]
 		if g != nil && g.params.Limit == l {
-			p.learnedSeen = f.Received
+			g.seen = f.Received
 			continue
 		}
 		if g == nil {
@@ -219,8 +224,8 @@ func (p *Pacer) learnLocked(f Feedback, now int64) bool {
 		} else if err := g.retarget(l, now); err != nil {
 			continue
 		}
+		p.learned[pol.Name].seen = f.Received
 		p.stats.Learned++
-		p.learnedSeen = f.Received
 		fresh = append(fresh, pol.Name)
 		changed = true
 	}
@@ -338,19 +343,25 @@ func (p *Pacer) adaptiveRate() float64 {
 	return l.Quota / l.Window.Seconds()
 }
 
-// setAdaptive sets the adaptive rate, within MinRate and Ceiling, sliced.
+// setAdaptive sets the adaptive rate, within MinRate and Ceiling: a token
+// bucket of the rate per second, whose capacity is a slice of it (so it is
+// released smoothly: after a slice, one request every 1/rate) or the largest
+// cost reserved, whichever is more, so that every cost fits and is counted
+// whole. The rate is kept to four significant digits, which keeps every
+// bucket within the algorithms' exact arithmetic.
 func (p *Pacer) setAdaptive(rate float64, now int64) error {
 	rate = max(rate, p.aopts.MinRate)
 	if p.aopts.Ceiling > 0 {
 		rate = min(rate, p.aopts.Ceiling)
 	}
-	rate = min(rate, maxRate)
-	rate = math.Max(math.Round(rate*units.PerCost)/units.PerCost, 1.0/units.PerCost)
-	burst := max(rate*p.slice.Seconds(), 1)
-	burst = math.Round(burst*units.PerCost) / units.PerCost
+	rate = significant(min(rate, maxRate), 4)
+	burst := significant(max(rate*p.slice.Seconds(), units.ToCost(p.maxCost), 1), 4)
+	if burst < units.ToCost(p.maxCost) {
+		burst = units.ToCost(p.maxCost)
+	}
 	l := sluice.Limit{Name: adaptiveName, Quota: rate, Window: time.Second, Burst: burst}
 	if p.adaptive == nil {
-		g, err := newGate(l, now, true)
+		g, err := newGate(l, now, false)
 		if err != nil {
 			return err
 		}
@@ -359,6 +370,53 @@ func (p *Pacer) setAdaptive(rate float64, now int64) error {
 		return nil
 	}
 	return p.adaptive.retarget(l, now)
+}
+
+// significant rounds x to n significant digits (and to the resolution of one
+// millionth).
+func significant(x float64, n int) float64 {
+	if x <= 0 {
+		return x
+	}
+	scale := math.Pow(10, float64(n-1)-math.Floor(math.Log10(x)))
+	r := math.Round(x*scale) / scale
+	return max(math.Round(r*units.PerCost)/units.PerCost, 1.0/units.PerCost)
+}
+
+// forgetLocked drops the learned limits no answer has stated for Forget, and
+// returns when the next one will be forgotten (zero: none left). What was
+// forgotten is not let loose at once: the adaptive rate restarts from the
+// slowest of them and climbs as CUBIC does, so the backlog goes out paced
+// while the next answers teach again.
+func (p *Pacer) forgetLocked(t time.Time) time.Time {
+	var next time.Time
+	slowest := math.Inf(1)
+	kept := p.order[:0]
+	for _, name := range p.order {
+		g := p.learned[name]
+		until := g.seen.Add(p.aopts.Forget)
+		if t.Before(until) {
+			kept = append(kept, name)
+			if next.IsZero() || until.Before(next) {
+				next = until
+			}
+			continue
+		}
+		l := g.params.Limit
+		slowest = min(slowest, l.Quota/l.Window.Seconds())
+		delete(p.learned, name)
+	}
+	if len(kept) < len(p.order) {
+		p.order = kept
+		p.stats.Forgotten++
+		if p.adaptive == nil || p.adaptiveRate() > slowest {
+			p.ctrl.restart(max(slowest, p.aopts.MinRate), t)
+			_ = p.setAdaptive(slowest, p.micros(t))
+		}
+		p.resliceLocked(p.micros(t))
+		p.rebuildLocked()
+	}
+	return next
 }
 
 // cubic is CUBIC's window function applied to a rate (RFC 9438 §4.2, as AWS's
@@ -385,6 +443,12 @@ func (c *cubic) decrease(w float64, t time.Time) float64 {
 	c.k = math.Cbrt((c.wmax - epoch) / c.c)
 	c.epoch, c.lastFail = epoch, t
 	return epoch
+}
+
+// restart starts a climb from rate at t, as if rate had just been set by a
+// throttle at rate (no decrease): CUBIC's convex probing from there.
+func (c *cubic) restart(rate float64, t time.Time) {
+	c.wmax, c.epoch, c.k, c.lastFail = rate, rate, 0, t
 }
 
 // at is the rate t after the last throttle.

@@ -84,16 +84,28 @@ type Pacer struct {
 	maxInFlight int
 	inFlight    int
 
-	holdUntil   time.Time // no release before
-	learnedSeen time.Time // when an answer last stated a learned policy
-	credit      int64     // atoms granted to an abandoned reservation, for the next grants
-	creditAt    time.Time // when they were granted
-	queue       []*Reservation
-	timer       *time.Timer
-	closed      bool
+	holdUntil time.Time // no release before
+	credit    int64     // atoms granted to an abandoned reservation, for the next grants
+	creditAt  time.Time // when they were granted
+	queue     []*Reservation
+	timer     *time.Timer
+	closed    bool
 
 	meter rateMeter
 	stats Stats
+
+	// The algorithms' clock: Unix microseconds at base, advanced by the
+	// monotonic clock (see micros).
+	base      time.Time
+	baseMicro int64
+	maxCost   int64 // the largest cost reserved, in atoms (see setAdaptive)
+}
+
+// micros is t on the algorithms' clock: the wall clock when the Pacer was
+// made, advanced by the monotonic clock, so that a step of the wall clock
+// neither stalls nor rushes the gates (the timers are monotonic too).
+func (p *Pacer) micros(t time.Time) int64 {
+	return p.baseMicro + t.Sub(p.base).Microseconds()
 }
 
 // gate is one limit the Pacer enforces, with its state.
@@ -106,6 +118,8 @@ type gate struct {
 	// slicedBy is, for a limit that is sliced, the FixedWindow gate that
 	// releases its slices.
 	slicedBy *gate
+	// seen is, for a learned limit, when an answer last stated its policy.
+	seen time.Time
 	// exact is, for a learned limit, that the target's r is taken as the
 	// whole truth (see learnLocked): set once the target throttled
 	// despite the limit, which means its count does not move as a token
@@ -128,13 +142,16 @@ func New(o Options) (*Pacer, error) {
 	if err != nil {
 		return nil, err
 	}
+	base := time.Now()
 	p := &Pacer{
 		learned:     make(map[string]*gate),
 		slice:       o.Slice,
 		aopts:       a,
 		maxInFlight: o.MaxInFlight,
+		base:        base,
+		baseMicro:   base.UnixMicro(),
 	}
-	now := time.Now().UnixMicro()
+	now := p.micros(base)
 	limits := o.Limits
 	if a.Ceiling > 0 {
 		// A ceiling under one unit per second still lets a request of
@@ -159,6 +176,11 @@ func New(o Options) (*Pacer, error) {
 			return nil, fmt.Errorf("%w: Limits[%d]: %w", ErrInvalidOptions, i, err)
 		}
 		p.fixed = append(p.fixed, g)
+		// The ceiling is sliced only when it is the only limit: it must
+		// not take the slice from a configured limit.
+		if l.Name == ceilingName && fastest >= 0 {
+			continue
+		}
 		if fastest < 0 || l.Window < limits[fastest].Window {
 			fastest = i
 		}
@@ -310,6 +332,7 @@ func (r *Reservation) Cancel() {
 			p.stats.Credited++
 			p.stats.Granted--
 			p.stats.GrantedCost -= r.cost
+			p.stats.Waited -= r.grantedAt.Sub(r.queued)
 			p.meter.add(r.grantedAt, -r.cost)
 		}
 		p.doneLocked(r)
@@ -388,7 +411,14 @@ func (p *Pacer) reserve(cost float64, first bool) (*Reservation, time.Duration, 
 		}
 	}
 	t := time.Now()
-	r := &Reservation{p: p, cost: cost, atoms: atoms, queued: t}
+	r := &Reservation{p: p, cost: cost, atoms: atoms, queued: t, first: first}
+	if atoms > p.maxCost {
+		p.maxCost = atoms
+		if p.adaptive != nil && atoms > p.adaptive.params.CapacityAtoms() {
+			// Room for the new largest cost in the adaptive bucket.
+			_ = p.setAdaptive(p.adaptiveRate(), p.micros(t))
+		}
+	}
 	if len(p.queue) == 0 && (p.maxInFlight == 0 || p.inFlight < p.maxInFlight) {
 		// Nobody ahead: granted now, or queued with the timer armed.
 		wait, err := p.tryLocked(r, t)
@@ -411,7 +441,6 @@ func (p *Pacer) reserve(cost float64, first bool) (*Reservation, time.Duration, 
 		for i < len(p.queue) && p.queue[i].first {
 			i++
 		}
-		r.first = true
 		p.queue = slices.Insert(p.queue, i, r)
 	} else {
 		p.queue = append(p.queue, r)
@@ -546,17 +575,12 @@ func (p *Pacer) tryLocked(r *Reservation, t time.Time) (wait time.Duration, err 
 		return p.holdUntil.Sub(t), nil
 	}
 	if len(p.order) > 0 {
-		forget := p.learnedSeen.Add(p.aopts.Forget)
-		if !t.Before(forget) {
-			clear(p.learned)
-			p.order = p.order[:0]
-			p.stats.Forgotten++
-			p.rebuildLocked()
-		} else {
-			// Wake up when they are forgotten, at the latest.
+		if next := p.forgetLocked(t); !next.IsZero() {
+			// Wake up when the next learned limit is forgotten, at the
+			// latest.
 			defer func() {
 				if wait > 0 {
-					wait = min(wait, forget.Sub(t))
+					wait = min(wait, next.Sub(t))
 				}
 			}()
 		}
@@ -569,7 +593,7 @@ func (p *Pacer) tryLocked(r *Reservation, t time.Time) (wait time.Duration, err 
 			return 0, nil
 		}
 	}
-	now := t.UnixMicro()
+	now := p.micros(t)
 	if len(p.all) == 1 {
 		// One gate: no need to check before spending.
 		g := p.all[0]

@@ -53,3 +53,28 @@ func TestRetriesGoFirst(t *testing.T) {
 		}
 	})
 }
+
+// TestRetryFirstOnTheFastPath: a retry that finds the queue empty but must
+// wait keeps its rank ahead of a later retry.
+func TestRetryFirstOnTheFastPath(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p, err := New(Options{Limits: []sluice.Limit{{Name: "api", Quota: 1, Window: time.Second}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close()
+		start := time.Now()
+		a, _ := p.Reserve(1)
+		<-a.Ready()
+		r1, _, _ := p.reserve(1, true) // the queue is empty: the fast path
+		r2, _, _ := p.reserve(1, true)
+		<-r1.Ready()
+		if at := time.Since(start); at != time.Second {
+			t.Errorf("the first retry granted at %v, want 1s", at)
+		}
+		<-r2.Ready()
+		if at := time.Since(start); at != 2*time.Second {
+			t.Errorf("the second retry granted at %v, want 2s", at)
+		}
+	})
+}

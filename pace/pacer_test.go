@@ -585,3 +585,59 @@ func TestAdaptiveEdges(t *testing.T) {
 		_ = start
 	})
 }
+
+// The second review's findings, each a test that failed before its fix.
+func TestAdaptiveEdgesAgain(t *testing.T) {
+	// The adaptive rate counts a cost whole: 10 per second and a cost of
+	// 10 is one request a second (it once took at most a slice's worth,
+	// five requests a second). The bucket held a slice (2) when the first
+	// cost of 10 came: it waits 0.8 s for the rest.
+	synctest.Test(t, func(t *testing.T) {
+		p := newPacer(t, pace.Options{Adaptive: pace.AdaptiveOptions{Initial: 10}})
+		got := grantTimes(t, p, 10, 10, 10, 10)
+		if want := []time.Duration{800 * time.Millisecond, 1800 * time.Millisecond, 2800 * time.Millisecond, 3800 * time.Millisecond}; !slices.Equal(got, want) {
+			t.Errorf("cost 10 at 10 per second: granted at %v, want %v", got, want)
+		}
+	})
+	// What is forgotten is not let loose: the backlog goes out at the
+	// forgotten limit's pace (at least MinRate, 0.5/s), not all at once.
+	synctest.Test(t, func(t *testing.T) {
+		p := newPacer(t, pace.Options{})
+		p.Feedback(pace.Feedback{
+			Policies: []ratelimitheader.Policy{{Name: "p", Quota: 1, Window: 10 * 365 * 24 * time.Hour}},
+			Limits:   []ratelimitheader.Limit{{Name: "p", Remaining: 0, Reset: ratelimitheader.NoReset}},
+		})
+		got := grantTimes(t, p, 1, 1, 1)
+		f := pace.DefaultForget
+		if want := []time.Duration{f, f + 2*time.Second, f + 4*time.Second}; !slices.Equal(got, want) {
+			t.Errorf("after forgetting: granted at %v, want %v", got, want)
+		}
+	})
+	// Each learned policy is forgotten on its own: one the target stopped
+	// stating goes after Forget though another is restated all along.
+	synctest.Test(t, func(t *testing.T) {
+		p := newPacer(t, pace.Options{})
+		p.Feedback(pace.Feedback{Policies: []ratelimitheader.Policy{{Name: "a", Quota: 100, Window: time.Second}, {Name: "day", Quota: 1000, Window: 24 * time.Hour}}})
+		for range 12 {
+			time.Sleep(time.Minute)
+			p.Feedback(pace.Feedback{Policies: []ratelimitheader.Policy{{Name: "a", Quota: 100, Window: time.Second}}})
+			r, _ := p.Wait(context.Background(), 1)
+			r.Done()
+		}
+		if s := p.Stats(); s.Forgotten != 1 || s.Rate < 99 {
+			t.Errorf("forgotten %d, rate %v; want the day policy forgotten and 100/s (or more) in force", s.Forgotten, s.Rate)
+		}
+	})
+	// A ceiling does not take the slice from a configured limit: 100 per
+	// 10 s goes out 2 every 200 ms with or without a ceiling.
+	synctest.Test(t, func(t *testing.T) {
+		p := newPacer(t, pace.Options{Limits: []sluice.Limit{{Name: "api", Quota: 100, Window: 10 * time.Second}}, Adaptive: pace.AdaptiveOptions{Ceiling: 1000}})
+		if got, want := grantTimes(t, p, 1, 1, 1), []time.Duration{0, 0, 200 * time.Millisecond}; !slices.Equal(got, want) {
+			t.Errorf("with a ceiling: granted at %v, want %v", got, want)
+		}
+	})
+	// A ceiling under the default MinRate is accepted (MinRate follows it).
+	if _, err := pace.New(pace.Options{Adaptive: pace.AdaptiveOptions{Ceiling: 0.3}}); err != nil {
+		t.Errorf("Ceiling 0.3: %v", err)
+	}
+}

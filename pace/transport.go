@@ -44,7 +44,8 @@ type TransportOptions struct {
 // A response's body holds the Pacer's concurrency slot (MaxInFlight) until it
 // is read to the end or closed, as an http.Client's caller must do anyway.
 // While a request waits to retry, its last answer is kept in memory (up to 64
-// KiB of body) and its connection and slot are given back.
+// KiB of body, read under the request's context) and its connection and slot
+// are given back.
 // Errors: ErrOpen (wrapped) when the breaker is open, the Pacer's errors for a
 // bad cost, the request context's error, or the Base's. A Transport is safe for
 // concurrent use.
@@ -361,7 +362,7 @@ func discard(resp *http.Response) {
 // holdBody makes resp's body give the permit back when it is read to the end
 // or closed.
 func holdBody(resp *http.Response, permit *Reservation) {
-	if resp.Body == nil || resp.StatusCode == http.StatusSwitchingProtocols {
+	if resp.Body == nil || resp.Body == http.NoBody || resp.StatusCode == http.StatusSwitchingProtocols {
 		permit.Done()
 		return
 	}

@@ -1246,3 +1246,29 @@ func TestCallersDeadlineIsNamed(t *testing.T) {
 		}
 	})
 }
+
+// TestEmptyBodyFreesItsSlot: an answer with no body (HEAD, 204) gives its
+// concurrency slot back at once, closed or not.
+func TestEmptyBodyFreesItsSlot(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer srv.Close()
+	p, _ := pace.New(pace.Options{MaxInFlight: 1})
+	defer p.Close()
+	base := http.DefaultTransport.(*http.Transport).Clone()
+	defer base.CloseIdleConnections()
+	tr, err := pace.NewTransport(pace.TransportOptions{Base: base, Pacer: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := &http.Client{Transport: tr, Timeout: 5 * time.Second}
+	for i := range 3 {
+		resp, err := client.Head(srv.URL) // not closed
+		if err != nil {
+			t.Fatalf("HEAD %d: %v", i, err)
+		}
+		_ = resp
+	}
+	if s := p.Stats(); s.InFlight != 0 {
+		t.Errorf("%d slots held by empty bodies", s.InFlight)
+	}
+}
