@@ -1260,15 +1260,22 @@ func TestEmptyBodyFreesItsSlot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	client := &http.Client{Transport: tr, Timeout: 5 * time.Second}
+	client := &http.Client{Transport: tr}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var open []*http.Response
 	for i := range 3 {
-		resp, err := client.Head(srv.URL) // not closed
+		req, _ := http.NewRequestWithContext(ctx, http.MethodHead, srv.URL, nil)
+		resp, err := client.Do(req) // not closed until the end
 		if err != nil {
 			t.Fatalf("HEAD %d: %v", i, err)
 		}
-		_ = resp
+		open = append(open, resp)
 	}
 	if s := p.Stats(); s.InFlight != 0 {
 		t.Errorf("%d slots held by empty bodies", s.InFlight)
+	}
+	for _, resp := range open {
+		_ = resp.Body.Close()
 	}
 }
