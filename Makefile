@@ -4,7 +4,7 @@ GO        ?= go
 TOOL      := $(GO) tool -modfile=tools/go.mod
 FUZZTIME  ?= 30s
 FUZZ_PKGS ?= ./...
-# The parsers of what arrives from the network, fuzzed in CI 60 s each.
+# The parsers of what arrives from the network, fuzzed in CI 50 s each.
 EDGE_PKGS := ./clientip ./ratelimitheader ./httplimit ./grpclimit ./gateway ./rls ./pace
 BENCHTIME ?= 1s
 COUNT     ?= 6
@@ -16,7 +16,7 @@ help:
 	@echo "make test          the tests, with -race and -shuffle (the README's test command)"
 	@echo "make lint          gofmt, go vet, staticcheck (pinned in tools/go.mod)"
 	@echo "make fuzz          every fuzz target (of FUZZ_PKGS) for FUZZTIME (default $(FUZZTIME))"
-	@echo "make fuzz-edge     the network-facing parsers (headers, addresses, config), 60 s each: CI runs it"
+	@echo "make fuzz-edge     the network-facing parsers (headers, addresses, config), 50 s each: CI runs it"
 	@echo "make bench         benchmarks against x/time/rate and go-limiter, COUNT runs, benchstat in $(OUT)/"
 	@echo "make bench-memory  the memory figures: heap per key at 1e6 keys, 1e7 keys under MaxKeys 1e6"
 	@echo "make bench-redis   decisions/s on Redis against redis_rate and redis-benchmark's ceiling"
@@ -50,7 +50,7 @@ fuzz:
 	done
 
 fuzz-edge:
-	$(MAKE) fuzz FUZZ_PKGS="$(EDGE_PKGS)" FUZZTIME=60s
+	$(MAKE) fuzz FUZZ_PKGS="$(EDGE_PKGS)" FUZZTIME=50s
 
 bench:
 	mkdir -p $(OUT)

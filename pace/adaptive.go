@@ -163,7 +163,7 @@ func (p *Pacer) Feedback(f Feedback) {
 		for _, g := range p.learned {
 			g.exact = true
 		}
-		if f.Sent.IsZero() || !f.Sent.Before(p.ctrl.lastFail) {
+		if f.Sent.IsZero() || !f.Sent.Before(p.ctrl.decreasedAt) {
 			measured := p.meter.rate(f.Received)
 			w := measured
 			if p.adaptive != nil {
@@ -344,32 +344,34 @@ func (p *Pacer) adaptiveRate() float64 {
 }
 
 // setAdaptive sets the adaptive rate, within MinRate and Ceiling: a token
-// bucket of the rate per second, whose capacity is a slice of it (so it is
-// released smoothly: after a slice, one request every 1/rate) or the largest
-// cost reserved, whichever is more, so that every cost fits and is counted
-// whole. The rate is kept to four significant digits, which keeps every
-// bucket within the algorithms' exact arithmetic.
+// bucket of the rate per second whose capacity is a slice of it (at least one
+// unit), so that it releases smoothly — after a slice, one request every
+// 1/rate — and a larger cost is charged whole (see gate.charged). The rate and
+// the capacity keep four significant digits, fewer if the algorithms' exact
+// arithmetic needs it.
 func (p *Pacer) setAdaptive(rate float64, now int64) error {
 	rate = max(rate, p.aopts.MinRate)
 	if p.aopts.Ceiling > 0 {
 		rate = min(rate, p.aopts.Ceiling)
 	}
-	rate = significant(min(rate, maxRate), 4)
-	burst := significant(max(rate*p.slice.Seconds(), units.ToCost(p.maxCost), 1), 4)
-	if burst < units.ToCost(p.maxCost) {
-		burst = units.ToCost(p.maxCost)
-	}
-	l := sluice.Limit{Name: adaptiveName, Quota: rate, Window: time.Second, Burst: burst}
-	if p.adaptive == nil {
-		g, err := newGate(l, now, false)
-		if err != nil {
-			return err
+	rate = min(rate, maxRate)
+	var err error
+	for digits := 4; digits > 0; digits-- {
+		r := significant(rate, digits)
+		l := sluice.Limit{Name: adaptiveName, Quota: r, Window: time.Second, Burst: significant(max(r*p.slice.Seconds(), 1), digits)}
+		if p.adaptive == nil {
+			var g *gate
+			if g, err = newGate(l, now, false); err == nil {
+				g.charged = true
+				p.adaptive = g
+				p.rebuildLocked()
+				return nil
+			}
+		} else if err = p.adaptive.retarget(l, now); err == nil {
+			return nil
 		}
-		p.adaptive = g
-		p.rebuildLocked()
-		return nil
 	}
-	return p.adaptive.retarget(l, now)
+	return err
 }
 
 // significant rounds x to n significant digits (and to the resolution of one
@@ -422,10 +424,11 @@ func (p *Pacer) forgetLocked(t time.Time) time.Time {
 // cubic is CUBIC's window function applied to a rate (RFC 9438 §4.2, as AWS's
 // SDKs use it for request rates).
 type cubic struct {
-	beta, c  float64
-	wmax, k  float64
-	epoch    float64 // the rate set by the last decrease
-	lastFail time.Time
+	beta, c     float64
+	wmax, k     float64
+	epoch       float64   // the rate the climb started from
+	lastFail    time.Time // when the climb started (a decrease or a restart)
+	decreasedAt time.Time // the last decrease
 }
 
 // decrease records a throttle at rate w, at t, and returns the new rate.
@@ -441,7 +444,7 @@ func (c *cubic) decrease(w float64, t time.Time) float64 {
 		c.wmax = w
 	}
 	c.k = math.Cbrt((c.wmax - epoch) / c.c)
-	c.epoch, c.lastFail = epoch, t
+	c.epoch, c.lastFail, c.decreasedAt = epoch, t, t
 	return epoch
 }
 

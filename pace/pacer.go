@@ -46,7 +46,9 @@ type Options struct {
 	// every 200 ms, never 100 at once. When a slice would hold less than one
 	// cost unit, it is lengthened to hold one. A cost larger than a slice
 	// waits for a fresh slice and takes it whole (the limits themselves still
-	// count the whole cost). The adaptive rate is sliced the same way.
+	// count the whole cost). The Ceiling is sliced the same way; the
+	// adaptive rate is a token bucket whose capacity is one slice of it (a
+	// larger cost waits for a full bucket and is then charged whole).
 	// Default DefaultSlice. Negative is an error; a Slice at least as long as
 	// the fastest limit's Window turns slicing off.
 	Slice time.Duration
@@ -98,7 +100,6 @@ type Pacer struct {
 	// monotonic clock (see micros).
 	base      time.Time
 	baseMicro int64
-	maxCost   int64 // the largest cost reserved, in atoms (see setAdaptive)
 }
 
 // micros is t on the algorithms' clock: the wall clock when the Pacer was
@@ -115,6 +116,12 @@ type gate struct {
 	// sliced gates smooth the release: a cost above their capacity takes
 	// their whole capacity instead of never fitting.
 	sliced bool
+	// charged gates (the adaptive rate) count a cost above their capacity
+	// whole: it waits for a full bucket and takes it, and the gate then
+	// admits nothing until the rest has been paid at its rate (blockedUntil,
+	// in micros), from an empty bucket.
+	charged      bool
+	blockedUntil int64
 	// slicedBy is, for a limit that is sliced, the FixedWindow gate that
 	// releases its slices.
 	slicedBy *gate
@@ -176,9 +183,17 @@ func New(o Options) (*Pacer, error) {
 			return nil, fmt.Errorf("%w: Limits[%d]: %w", ErrInvalidOptions, i, err)
 		}
 		p.fixed = append(p.fixed, g)
-		// The ceiling is sliced only when it is the only limit: it must
-		// not take the slice from a configured limit.
-		if l.Name == ceilingName && fastest >= 0 {
+		// The ceiling gets its own slice (below): it must not take the
+		// slice from a configured limit.
+		if l.Name == ceilingName {
+			if s := sliceOf(l, p.slice); s != nil {
+				sg, err := newGate(*s, now, true)
+				if err != nil {
+					return nil, fmt.Errorf("%w: Slice %v of Adaptive.Ceiling: %w", ErrInvalidOptions, p.slice, err)
+				}
+				g.slicedBy = sg
+				p.fixed = append(p.fixed, sg)
+			}
 			continue
 		}
 		if fastest < 0 || l.Window < limits[fastest].Window {
@@ -236,17 +251,46 @@ func newGate(l sluice.Limit, now int64, sliced bool) (*gate, error) {
 	return &gate{params: p, state: st, sliced: sliced}, nil
 }
 
-// atoms is what cost spends on g: all of it, or for a sliced gate at most its
-// capacity.
+// atoms is what cost must find in g to be admitted: all of it, or for a
+// sliced or charged gate at most its capacity.
 func (g *gate) atoms(cost int64) int64 {
-	if g.sliced {
+	if g.sliced || g.charged {
 		return min(cost, g.params.CapacityAtoms())
 	}
 	return cost
 }
 
+// spend spends cost on g at now, once admitted. A charged gate given more
+// than its capacity takes it all and blocks until the rest is paid.
+func (g *gate) spend(cost, now int64) {
+	_, _ = g.state.Step(g.params, algo.Call{Now: now, Cost: g.atoms(cost), Clamp: true}, true)
+	if rest := cost - g.params.CapacityAtoms(); g.charged && rest > 0 {
+		l := g.params.Limit
+		perMicro := l.Quota * units.PerCost / float64(l.Window/time.Microsecond) // atoms per µs
+		g.blockedUntil = now + int64(math.Ceil(float64(rest)/perMicro))
+	}
+}
+
+// blocked says how long g still admits nothing at now, and once a block is
+// over, starts g from an empty bucket at its end (what was paid for).
+func (g *gate) blocked(now int64) time.Duration {
+	if g.blockedUntil == 0 {
+		return 0
+	}
+	if now < g.blockedUntil {
+		return time.Duration(g.blockedUntil-now) * time.Microsecond
+	}
+	g.state.Init(g.params, g.blockedUntil)
+	_, _ = g.state.Step(g.params, algo.Call{Now: g.blockedUntil, Cost: g.params.CapacityAtoms(), Clamp: true}, true)
+	g.blockedUntil = 0
+	return 0
+}
+
 // remaining is what g could admit at now, in atoms.
 func (g *gate) remaining(now int64) int64 {
+	if g.blocked(now) > 0 {
+		return 0
+	}
 	r, _ := g.state.Step(g.params, algo.Call{Now: now, Cost: g.params.CapacityAtoms() + 1, Clamp: true}, false)
 	return r.Remaining()
 }
@@ -412,13 +456,6 @@ func (p *Pacer) reserve(cost float64, first bool) (*Reservation, time.Duration, 
 	}
 	t := time.Now()
 	r := &Reservation{p: p, cost: cost, atoms: atoms, queued: t, first: first}
-	if atoms > p.maxCost {
-		p.maxCost = atoms
-		if p.adaptive != nil && atoms > p.adaptive.params.CapacityAtoms() {
-			// Room for the new largest cost in the adaptive bucket.
-			_ = p.setAdaptive(p.adaptiveRate(), p.micros(t))
-		}
-	}
 	if len(p.queue) == 0 && (p.maxInFlight == 0 || p.inFlight < p.maxInFlight) {
 		// Nobody ahead: granted now, or queued with the timer armed.
 		wait, err := p.tryLocked(r, t)
@@ -594,7 +631,15 @@ func (p *Pacer) tryLocked(r *Reservation, t time.Time) (wait time.Duration, err 
 		}
 	}
 	now := p.micros(t)
-	if len(p.all) == 1 {
+	for _, g := range p.all {
+		if g.charged {
+			wait = max(wait, g.blocked(now))
+		}
+	}
+	if wait > 0 {
+		return wait, nil
+	}
+	if len(p.all) == 1 && !p.all[0].charged {
 		// One gate: no need to check before spending.
 		g := p.all[0]
 		res, err := g.state.Step(g.params, algo.Call{Now: now, Cost: g.atoms(r.atoms), Clamp: true}, true)
@@ -614,7 +659,7 @@ func (p *Pacer) tryLocked(r *Reservation, t time.Time) (wait time.Duration, err 
 		return wait, nil
 	}
 	for _, g := range p.all {
-		_, _ = g.state.Step(g.params, algo.Call{Now: now, Cost: g.atoms(r.atoms), Clamp: true}, true)
+		g.spend(r.atoms, now)
 	}
 	return 0, nil
 }

@@ -590,13 +590,34 @@ func TestAdaptiveEdges(t *testing.T) {
 func TestAdaptiveEdgesAgain(t *testing.T) {
 	// The adaptive rate counts a cost whole: 10 per second and a cost of
 	// 10 is one request a second (it once took at most a slice's worth,
-	// five requests a second). The bucket held a slice (2) when the first
-	// cost of 10 came: it waits 0.8 s for the rest.
+	// five requests a second). A cost above the bucket (a slice: 2) takes
+	// a full bucket and blocks the gate until the rest is paid.
 	synctest.Test(t, func(t *testing.T) {
 		p := newPacer(t, pace.Options{Adaptive: pace.AdaptiveOptions{Initial: 10}})
-		got := grantTimes(t, p, 10, 10, 10, 10)
-		if want := []time.Duration{800 * time.Millisecond, 1800 * time.Millisecond, 2800 * time.Millisecond, 3800 * time.Millisecond}; !slices.Equal(got, want) {
+		got := grantTimes(t, p, 10, 10, 10, 10, 1, 1)
+		want := []time.Duration{0, time.Second, 2 * time.Second, 3 * time.Second, 3900 * time.Millisecond, 4 * time.Second}
+		if !slices.Equal(got, want) {
 			t.Errorf("cost 10 at 10 per second: granted at %v, want %v", got, want)
+		}
+	})
+	// A large cost does not widen the bucket for good: after a throttle,
+	// small costs go out one at a time again.
+	synctest.Test(t, func(t *testing.T) {
+		p := newPacer(t, pace.Options{Adaptive: pace.AdaptiveOptions{Initial: 10}})
+		grantTimes(t, p, 10)
+		time.Sleep(5 * time.Second)
+		p.Feedback(pace.Feedback{Throttled: true})
+		got := countBy(grantTimes(t, p, ones(5)...))
+		if got[0] != 1 {
+			t.Errorf("after the throttle, %d small costs went at once, want 1 (grants by instant: %v)", got[0], got)
+		}
+	})
+	// A cost far above the bucket at a slow rate is admitted (it once
+	// failed the exact arithmetic of a bucket sized to hold it).
+	synctest.Test(t, func(t *testing.T) {
+		p := newPacer(t, pace.Options{Adaptive: pace.AdaptiveOptions{Initial: 0.7001}})
+		if got := grantTimes(t, p, 500_000); got[0] != 0 {
+			t.Errorf("a cost of 500,000 at 0.7/s granted at %v, want at once", got[0])
 		}
 	})
 	// What is forgotten is not let loose: the backlog goes out at the
