@@ -5,7 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"strings"
+
+	"golang.org/x/net/http/httpguts"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/enforce"
@@ -234,16 +235,7 @@ func compileQuota(q Quota, chargeable, principal bool) (compiledQuota, error) {
 }
 
 // validHeaderName reports whether s is an RFC 9110 token, as a field name
-// must be.
+// must be, of at most enforce.MaxRuleName bytes.
 func validHeaderName(s string) bool {
-	if s == "" || len(s) > enforce.MaxRuleName {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
-			return false
-		}
-	}
-	return true
+	return s != "" && len(s) <= enforce.MaxRuleName && httpguts.ValidHeaderFieldName(s)
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -277,21 +278,12 @@ func learnedName(policy string) string {
 	b := []byte("learned:")
 	for i := 0; i < len(policy) && len(b) < sluice.MaxNameLen; i++ {
 		c := policy[i]
-		if !containsByte(allowed, c) {
+		if strings.IndexByte(allowed, c) < 0 {
 			c = '_'
 		}
 		b = append(b, c)
 	}
 	return string(b)
-}
-
-func containsByte(s string, c byte) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] == c {
-			return true
-		}
-	}
-	return false
 }
 
 // resliceLocked gives the fastest learned limit its slice gate (and takes it

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/net/http/httpguts"
+
 	"github.com/sluicehq/sluice/ratelimitheader"
 )
 
@@ -117,7 +119,7 @@ func (o RetryOptions) withDefaults() (RetryOptions, error) {
 		return o, bad("MinRetries", o.MinRetries, "is not a rate of 0 or more per second")
 	case o.Holds != HoldTarget && o.Holds != HoldRequest:
 		return o, bad("Holds", int(o.Holds), "is not HoldTarget or HoldRequest")
-	case o.IdempotencyKey != "" && !validHeaderName(o.IdempotencyKey):
+	case o.IdempotencyKey != "" && !httpguts.ValidHeaderFieldName(o.IdempotencyKey):
 		return o, bad("IdempotencyKey", fmt.Sprintf("%q", o.IdempotencyKey), "is not a header name")
 	}
 	if o.MaxAttempts == 0 {
@@ -149,16 +151,6 @@ func (o RetryOptions) withDefaults() (RetryOptions, error) {
 	}
 	o.IdempotencyKey = http.CanonicalHeaderKey(o.IdempotencyKey)
 	return o, nil
-}
-
-func validHeaderName(s string) bool {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c <= ' ' || c >= 0x7f || containsByte("\"(),/:;<=>?@[\\]{}", c) {
-			return false
-		}
-	}
-	return s != ""
 }
 
 // backoff is the full-jitter wait before retry n (1 for the first retry):
