@@ -87,4 +87,4 @@ bench-pace:
 	$(TOOL) benchstat -col /impl $(OUT)/pace.txt | tee $(OUT)/pace.benchstat
 
 sim:
-	SLUICE_SIM=1 $(GO) test -count=1 -v -run 'TestConfiguredLimit|TestLearnsFrom|TestSeedScenario|TestSimulationMatrix' ./pace | grep -E '^(=== RUN|--- |ok|FAIL)|sim_test|explore_test'
+	SLUICE_SIM=1 $(GO) test -count=1 -v -run 'TestConfiguredLimit|TestLearnsFrom|TestSeedScenario|TestSimulationMatrix' ./pace | grep -E '^(=== RUN|--- |ok|FAIL)|sim_test|matrix_test'

@@ -122,8 +122,8 @@ type gate struct {
 	// in micros), from an empty bucket.
 	charged      bool
 	blockedUntil int64
-	// slicedBy is, for a limit that is sliced, the FixedWindow gate that
-	// releases its slices.
+	// slicedBy is, for a learned limit that is sliced, the FixedWindow gate
+	// that releases its slices (a configured limit's is in Pacer.fixed).
 	slicedBy *gate
 	// seen is, for a learned limit, when an answer last stated its policy.
 	seen time.Time
@@ -191,7 +191,6 @@ func New(o Options) (*Pacer, error) {
 				if err != nil {
 					return nil, fmt.Errorf("%w: Slice %v of Adaptive.Ceiling: %w", ErrInvalidOptions, p.slice, err)
 				}
-				g.slicedBy = sg
 				p.fixed = append(p.fixed, sg)
 			}
 			continue
@@ -206,7 +205,6 @@ func New(o Options) (*Pacer, error) {
 			if err != nil {
 				return nil, fmt.Errorf("%w: Slice %v of Limits[%d]: %w", ErrInvalidOptions, p.slice, fastest, err)
 			}
-			p.fixed[fastest].slicedBy = g
 			p.fixed = append(p.fixed, g)
 		}
 	}
@@ -217,7 +215,6 @@ func New(o Options) (*Pacer, error) {
 			return nil, fmt.Errorf("%w: Adaptive.Initial: %w", ErrInvalidOptions, err)
 		}
 	}
-	p.stats.Rate = p.rateLocked()
 	return p, nil
 }
 
