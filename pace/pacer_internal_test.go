@@ -15,14 +15,7 @@ import (
 // and retry2 at 2 s, before b (3 s) and c (4 s), which were queued first.
 func TestRetriesGoFirst(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p, err := New(Options{Limits: []sluice.Limit{{Name: "api", Quota: 1, Window: time.Second}}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer p.Close()
-		start := time.Now()
-		a, _ := p.Reserve(1)
-		<-a.Ready()
+		p, start := spentPacer(t)
 		b, _ := p.Reserve(1)
 		c, _ := p.Reserve(1)
 		got := make(map[string]time.Duration)
@@ -58,14 +51,7 @@ func TestRetriesGoFirst(t *testing.T) {
 // wait keeps its rank ahead of a later retry.
 func TestRetryFirstOnTheFastPath(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p, err := New(Options{Limits: []sluice.Limit{{Name: "api", Quota: 1, Window: time.Second}}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer p.Close()
-		start := time.Now()
-		a, _ := p.Reserve(1)
-		<-a.Ready()
+		p, start := spentPacer(t)
 		r1, _, _ := p.reserve(1, true) // the queue is empty: the fast path
 		r2, _, _ := p.reserve(1, true)
 		<-r1.Ready()
@@ -77,4 +63,19 @@ func TestRetryFirstOnTheFastPath(t *testing.T) {
 			t.Errorf("the second retry granted at %v, want 2s", at)
 		}
 	})
+}
+
+// spentPacer is a Pacer of one per second whose one grant is spent, and the
+// instant it was.
+func spentPacer(t *testing.T) (*Pacer, time.Time) {
+	t.Helper()
+	p, err := New(Options{Limits: []sluice.Limit{{Name: "api", Quota: 1, Window: time.Second}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	start := time.Now()
+	a, _ := p.Reserve(1)
+	<-a.Ready()
+	return p, start
 }
