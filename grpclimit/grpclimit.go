@@ -27,9 +27,12 @@
 // draft-ietf-httpapi-ratelimit-headers-11 (package ratelimitheader); rules in
 // shadow mode send neither. When the limiter fails and the rule is
 // enforce.FailClosed, the call ends UNAVAILABLE, "rate limiter unavailable",
-// with a RetryInfo of one second. A cost declared in metadata that is not a
-// positive decimal number ends the call INVALID_ARGUMENT, before the limiter
-// is asked.
+// with a RetryInfo of one second; a concurrency slot the failing limiter
+// reported taking is given back at once (under enforce.FailOpen, when the
+// handler returns). A cost declared in metadata that is not a positive
+// decimal number ends the call INVALID_ARGUMENT, before the limiter is
+// asked; a cost the limiter refuses ends it INVALID_ARGUMENT too,
+// "invalid cost: " and the reason.
 //
 // No status, detail or metadata ever carries a key or an identity: every
 // branch — a known or unknown API key, a key seen before or not — answers
@@ -42,7 +45,6 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math"
-	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -216,12 +218,15 @@ func (in *Interceptor) admit(ctx context.Context, method string, ss grpc.ServerS
 	}
 	switch outcome {
 	case enforce.Invalid:
-		return status.Error(codes.InvalidArgument, "invalid cost: "+strings.TrimPrefix(err.Error(), "sluice: "))
+		in.release(ctx, c) // the call does not run: it holds nothing
+		return invalidCost(err)
 	case enforce.Failed:
 		if rule.OnError == enforce.FailClosed {
+			in.release(ctx, c) // the call does not run: it holds nothing
 			return unavailable()
 		}
-		return nil
+		// fail_open: the call runs, holding whatever slot the failed
+		// limiter reported taking, released when its handler returns.
 	case enforce.Rejected:
 		// The call does not run, so it holds nothing. (memstore and
 		// redisstore never charge a concurrency limit for a rejected call,
@@ -244,7 +249,8 @@ func (in *Interceptor) admit(ctx context.Context, method string, ss grpc.ServerS
 			}
 		}
 	}
-	// Allowed, or rejected in shadow: the call runs, holding what it took.
+	// Allowed, rejected in shadow, or failed open: the call runs, holding
+	// what it took.
 	for i := range c.ds {
 		c.held = c.held || c.ds[i].Ticket != 0
 	}

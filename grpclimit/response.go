@@ -109,8 +109,7 @@ func (q *compiledQuota) declaredCost(ctx context.Context) (float64, bool, error)
 	if _, err := q.params.Cost(cost); err != nil {
 		// The error names the limit and the cost the client sent (a
 		// bounded number), never a key.
-		why := strings.TrimPrefix(err.Error(), sluice.ErrInvalidCost.Error()+": ")
-		return 0, false, status.Error(codes.InvalidArgument, "invalid cost: metadata "+strconv.Quote(q.costMD)+": "+why)
+		return 0, false, status.Error(codes.InvalidArgument, "invalid cost: metadata "+strconv.Quote(q.costMD)+": "+costReason(err))
 	}
 	return cost, true, nil
 }
@@ -214,4 +213,26 @@ func withRetry(code codes.Code, msg string, delay time.Duration) error {
 		s = d
 	}
 	return s.Err()
+}
+
+// invalidCost is the status of a call whose cost the limiter refused
+// (wrapping sluice.ErrInvalidCost): INVALID_ARGUMENT, "invalid cost: " and
+// the reason, said once.
+func invalidCost(err error) error {
+	if why := costReason(err); why != "" {
+		return status.Error(codes.InvalidArgument, "invalid cost: "+why)
+	}
+	return status.Error(codes.InvalidArgument, "invalid cost")
+}
+
+// costReason is the text of an error wrapping sluice.ErrInvalidCost
+// without that sentinel's own words ("sluice: invalid cost: "), wherever
+// the wrapping put them: "request 1: cost 1e-09 for limit …" from
+// "request 1: sluice: invalid cost: cost 1e-09 for limit …".
+func costReason(err error) string {
+	msg := err.Error()
+	if before, after, ok := strings.Cut(msg, sluice.ErrInvalidCost.Error()); ok {
+		msg = before + strings.TrimPrefix(after, ": ")
+	}
+	return strings.TrimSuffix(strings.TrimPrefix(msg, "sluice: "), ": ")
 }

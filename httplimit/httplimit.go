@@ -209,6 +209,9 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			writeUnavailable(w)
 			return
 		}
+		// fail_open: the request runs, holding whatever slot the failed
+		// limiter reported taking, given back when the handler returns.
+		defer m.release(r, &req, ds)
 		next.ServeHTTP(w, r)
 		return
 	case enforce.Rejected:
