@@ -13,6 +13,10 @@ type breaker struct {
 	threshold int64
 	cooldown  time.Duration
 	now       func() time.Time
+	// onChange, when set, hears the breaker open (true) and close
+	// (false): once per change (a failed probe, which keeps it open, is
+	// not one).
+	onChange func(open bool)
 
 	failures  atomic.Int64
 	openUntil atomic.Int64 // Unix ns; 0 when closed
@@ -36,15 +40,22 @@ func (b *breaker) allow() (ok, probe bool) {
 func (b *breaker) success(probe bool) {
 	b.failures.Store(0)
 	if probe || b.openUntil.Load() != 0 {
-		b.openUntil.Store(0)
+		was := b.openUntil.Swap(0)
 		b.probing.Store(false)
+		if was != 0 && b.onChange != nil {
+			b.onChange(false)
+		}
 	}
 }
 
 func (b *breaker) failure(probe bool) {
 	if n := b.failures.Add(1); probe || n >= b.threshold {
-		if b.openUntil.Swap(b.now().Add(b.cooldown).UnixNano()) == 0 || probe {
+		opened := b.openUntil.Swap(b.now().Add(b.cooldown).UnixNano()) == 0
+		if opened || probe {
 			b.opens.Add(1)
+		}
+		if opened && b.onChange != nil {
+			b.onChange(true)
 		}
 		if probe {
 			b.probing.Store(false)

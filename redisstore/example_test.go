@@ -3,6 +3,8 @@ package redisstore_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"os"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -36,4 +38,26 @@ func ExampleNew() {
 		panic(err)
 	}
 	fmt.Println(d.Allowed, d.Remaining)
+}
+
+// A limiter that may start before its Redis: Dial returns at once when
+// Redis is not there and connects in the background; meanwhile the
+// policy decides. Compiled, not run: it needs a Redis.
+func ExampleDial() {
+	conn, err := redisstore.Dial(redisstore.DialOptions{Addrs: []string{"127.0.0.1:6379"}})
+	if err != nil {
+		panic(err) // bad options only: a Redis down is not an error
+	}
+	defer conn.Close()
+	store, err := redisstore.New(redisstore.Options{
+		Client: conn,
+		Policy: redisstore.FailClosed,                         // Redis unreachable: refuse…
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, nil)), // …and say so, once
+	})
+	if err != nil {
+		panic(err)
+	}
+	defer store.Close()
+	d, err := store.Allow(context.Background(), "user-42", sluice.Limit{Name: "api", Quota: 100, Window: time.Minute}, 1)
+	fmt.Println(d.Allowed, err)
 }

@@ -233,6 +233,9 @@ func TestOutage(t *testing.T) {
 	if worst > timeout+slack {
 		t.Errorf("a decision during the outage took %v, more than the timeout %v + %v", worst, timeout, slack)
 	}
+	if len(openLat) == 0 {
+		t.Fatalf("no decision answered by the policy in under 1 ms while Redis was away (%d decisions then, worst %v): the breaker never opened", len(between(blackholed, back)), worst)
+	}
 	slices.Sort(openLat)
 	p99 := openLat[len(openLat)*99/100]
 	if p99 > time.Millisecond {

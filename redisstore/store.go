@@ -17,7 +17,10 @@
 // locally at Quota/Instances. A breaker stops calling a dead Redis after a
 // few failures, so an outage costs each decision nothing but the policy,
 // and lets a probe through every BreakerCooldown: decisions go back to
-// Redis as soon as it answers.
+// Redis as soon as it answers. Dial makes a Client that connects by
+// itself, so that a limiter can start before its Redis: until it is
+// connected, the policies decide. Each change of state (Redis
+// unreachable, back; the breaker opened, closed) is logged once.
 package redisstore
 
 import (
@@ -25,6 +28,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"math"
 	"math/rand/v2"
@@ -122,6 +126,13 @@ type Options struct {
 	// that, for a larger cost, may be short) for fewer calls.
 	DenyCache int
 
+	// Logger receives the store's state changes, once per change, never
+	// per call: Redis unreachable (a call failed for want of Redis, or a
+	// Conn could not connect; Warn, with the error), Redis back (Info),
+	// the breaker opened (Warn) and closed (Info). Never a key. Default:
+	// discard.
+	Logger *slog.Logger
+
 	// TestNow, for tests only, makes decisions use this clock instead of
 	// Redis TIME (the conformance suite runs on a fake clock), and keeps
 	// keys an hour past their reset so that a clock running ahead of
@@ -148,6 +159,7 @@ type Stats struct {
 	FailClosed     uint64 // decisions made by the FailClosed policy
 	FailLocal      uint64 // decisions made by the FailLocal policy
 	BreakerOpen    bool   // whether the breaker is open now
+	Unreachable    bool   // whether Redis is unreachable now: its last call (or a Conn's connection attempt) failed for want of Redis
 	BreakerOpens   uint64 // times the breaker opened
 	DenyCacheHits  uint64 // rejections answered locally (DenyCache)
 	Compensations  uint64 // spends undone (or found already refilled) after a multi-limit call across hash slots was rejected
@@ -169,6 +181,9 @@ type Store struct {
 	breaker  *breaker
 	deny     *denyCache
 	local    *memstore.Store // FailLocal's limiter
+	log      *slog.Logger
+	down     atomic.Bool // Redis unreachable: see markDown
+	unwatch  func()      // stops a Conn's reports; nil for another Client
 
 	limitsMu sync.Mutex
 	limits   atomic.Pointer[map[sluice.Limit]*compiled]
@@ -252,25 +267,87 @@ func New(opts Options) (*Store, error) {
 			now:       time.Now,
 		},
 		local: local,
+		log:   opts.Logger,
 	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	s.breaker.onChange = s.breakerChanged
 	if opts.DenyCache > 0 {
 		s.deny = newDenyCache(opts.DenyCache)
 	}
 	empty := map[sluice.Limit]*compiled{}
 	s.limits.Store(&empty)
+	if w, ok := opts.Client.(interface{ watch(func(error)) func() }); ok {
+		s.unwatch = w.watch(s.connReport)
+	}
 	return s, nil
 }
 
-// Close releases the store's in-process resources (the FailLocal limiter).
-// It does not close the Client. Idempotent.
-func (s *Store) Close() error { return s.local.Close() }
+// Close releases the store's in-process resources (the FailLocal limiter)
+// and stops hearing a Conn's reports. It does not close the Client.
+// Idempotent.
+func (s *Store) Close() error {
+	if s.unwatch != nil {
+		s.unwatch()
+	}
+	return s.local.Close()
+}
+
+// connReport hears a Conn's connection attempt: a failure is Redis
+// unreachable, a connection is Redis back.
+func (s *Store) connReport(err error) {
+	if err != nil {
+		s.markDown(err)
+	} else {
+		s.markUp()
+	}
+}
+
+// markDown records that Redis could not answer, and logs the change from
+// reachable (the state a store starts in) once.
+func (s *Store) markDown(err error) {
+	if s.down.CompareAndSwap(false, true) {
+		s.log.Warn("redis unreachable: the failure policies decide", "err", err)
+	}
+}
+
+// markUp records that Redis answered, and logs the change from
+// unreachable once.
+func (s *Store) markUp() {
+	if s.down.Load() && s.down.CompareAndSwap(true, false) {
+		s.log.Info("redis back: decisions are Redis's again")
+	}
+}
+
+// breakerChanged logs the breaker's opening and closing.
+func (s *Store) breakerChanged(open bool) {
+	if open {
+		s.log.Warn("redis breaker opened: Redis is not called until a probe answers", "failures", s.breaker.threshold, "cooldown", s.breaker.cooldown.String())
+	} else {
+		s.log.Info("redis breaker closed")
+	}
+}
+
+// Ping asks Redis for one state (a script call that reads and writes
+// nothing) and returns nil when it answered, the error otherwise (an open
+// breaker's included, without a call). It goes through the breaker and
+// the state like any call: a Ping that answers after an outage closes the
+// breaker and logs Redis back. For readiness checks.
+func (s *Store) Ping(ctx context.Context) error {
+	_, err := s.inspect(ctx, 'p', "ping", pingLimit)
+	return err
+}
+
+// pingLimit is the limit of Ping's state.
+var pingLimit = sluice.Limit{Name: "redisstore.ping", Quota: 1, Window: time.Second}
 
 // Stats returns the store's counters.
 func (s *Store) Stats() Stats {
 	return Stats{
 		Calls: s.calls.Load(), NoScript: s.noScript.Load(), Failures: s.failures.Load(), Timeouts: s.timeouts.Load(),
 		FailOpen: s.failOpen.Load(), FailClosed: s.failClosed.Load(), FailLocal: s.failLocal.Load(),
-		BreakerOpen: s.breaker.isOpen(), BreakerOpens: s.breaker.opens.Load(),
+		BreakerOpen: s.breaker.isOpen(), BreakerOpens: s.breaker.opens.Load(), Unreachable: s.down.Load(),
 		DenyCacheHits: s.denyHits.Load(), Compensations: s.compensations.Load(), ClockBackwards: s.clockBackwards.Load(),
 		ChargesDropped: s.chargesDropped.Load(),
 	}
@@ -429,6 +506,44 @@ var _ sluice.Inspector = (*Store)(nil)
 // cannot answer, the error says so.
 func (s *Store) Peek(ctx context.Context, key string, limit sluice.Limit) (sluice.State, error) {
 	return s.inspect(ctx, 'p', key, limit)
+}
+
+// Check decides a cost of nothing on key under limit: it spends nothing
+// and reports the state, as Peek does, as an allowed decision (Remaining,
+// ResetAfter). When Redis cannot answer, the limit's Policy decides as it
+// does for Allow: FailOpen allows (Remaining 0, as a FailOpen Allow
+// reports), FailClosed rejects (RetryAfter Options.FailClosedRetryAfter),
+// FailLocal reports the in-process limiter's state of key. Bad input is an
+// error, as for Allow; so is a caller's context that ended first. For an
+// RLS descriptor with hits_addend 0.
+func (s *Store) Check(ctx context.Context, key string, limit sluice.Limit) (sluice.Decision, error) {
+	var r request
+	if err := s.resolve(&r, key, limit, 1); err != nil {
+		return sluice.Decision{}, err
+	}
+	var res [1]result
+	err := s.run(ctx, 'p', sluice.AllOrNothing, []request{r}, res[:])
+	switch {
+	case err == nil:
+		return sluice.Decision{Allowed: true, Limit: limit, Remaining: units.ToCost(res[0].remaining),
+			ResetAfter: time.Duration(res[0].reset) * time.Microsecond}, nil
+	case !isOutage(err):
+		return sluice.Decision{}, err
+	}
+	switch s.policyFor(r.c) {
+	case FailOpen:
+		s.failOpen.Add(1)
+		return sluice.Decision{Allowed: true, Limit: limit}, nil
+	case FailClosed:
+		s.failClosed.Add(1)
+		return sluice.Decision{Limit: limit, RetryAfter: s.closedRA}, nil
+	}
+	s.failLocal.Add(1)
+	st, err := s.local.Peek(ctx, key, r.c.local)
+	if err != nil {
+		return sluice.Decision{}, fmt.Errorf("redisstore: fail_local: %w", err)
+	}
+	return sluice.Decision{Allowed: true, Limit: limit, Remaining: st.Remaining, ResetAfter: st.ResetAfter}, nil
 }
 
 // Reset forgets key's state under limit in Redis: it starts full. See
@@ -722,12 +837,15 @@ func (s *Store) run(ctx context.Context, op byte, mode sluice.Mode, rs []request
 			if errors.Is(err, context.DeadlineExceeded) {
 				s.timeouts.Add(1)
 			}
+			s.markDown(err)
 			s.breaker.failure(probe)
 		} else {
+			s.markUp()
 			s.breaker.success(probe) // Redis answered
 		}
 		return fmt.Errorf("redisstore: %w", err)
 	}
+	s.markUp()
 	s.breaker.success(probe)
 	return parseReply(op, reply, rs, res)
 }
