@@ -1,16 +1,19 @@
 // Package metrics is the Prometheus side of enforcement: an
 // enforce.Observer that counts decisions by rule and outcome (never by key),
-// times them, and keeps the heaviest tenants — by requests and by
-// rejections — in bounded sketches (package topk) for an operator's view of
-// concentration; and collectors that export a store's own counters
+// times them, and keeps the heaviest tenants — by the cost they spent and
+// by the number of their rejections, never by a cost they asked for and
+// were refused — in bounded sketches (package topk) for an operator's view
+// of concentration (TopTenants, TenantsHandler); and collectors that export a store's own counters
 // (fallbacks, failures, breaker, evictions) at scrape time.
 // RegisterPace exports a client-side pace.Transport's pacing and retries.
 package metrics
 
 import (
 	"cmp"
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,7 +31,10 @@ type Options struct {
 	// Registry receives the metrics. Default: a new registry, which
 	// Handler serves (with the Go runtime and process collectors).
 	Registry *prometheus.Registry
-	// Namespace prefixes every metric name. Default "sluice".
+	// Namespace prefixes every metric name, the store and pace collectors'
+	// included (sluice_decisions_total, sluice_redis_calls_total,
+	// sluice_pace_tries_total): two Metrics of different namespaces can
+	// share one Registry. Default "sluice".
 	Namespace string
 	// Buckets of the decision latency histogram, in seconds. Default: 50 µs
 	// to 1 s, for a limiter in process (µs) or over the network (ms).
@@ -44,6 +50,7 @@ var DefaultBuckets = []float64{50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3
 // Metrics observes decisions. It is safe for concurrent use.
 type Metrics struct {
 	registry  *prometheus.Registry
+	namespace string // Options.Namespace, or "sluice"
 	decisions *prometheus.CounterVec
 	latency   *prometheus.HistogramVec
 	errors    *prometheus.CounterVec
@@ -51,8 +58,10 @@ type Metrics struct {
 	rules   atomic.Pointer[map[string]*ruleSeries] // copy on write
 	rulesMu sync.Mutex
 
-	requests, rejections *topk.Sketch
-	since                atomic.Int64 // Unix ns: when the sketches started
+	// spent counts the cost allowed requests spent, rejections the
+	// number of rejections, by tenant.
+	spent, rejections *topk.Sketch
+	since             atomic.Int64 // Unix ns: when the sketches started
 }
 
 // ruleSeries are one rule's series, looked up once per rule.
@@ -76,7 +85,8 @@ func New(opts Options) (*Metrics, error) {
 		buckets = DefaultBuckets
 	}
 	m := &Metrics{
-		registry: reg,
+		registry:  reg,
+		namespace: ns,
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Name: "decisions_total",
 			Help: "Requests decided, by rule and outcome (allowed, rejected, shadow_rejected: would have been rejected in shadow mode, failed: the limiter failed and the rule's on_error answered, invalid: the request's cost could not be taken).",
@@ -92,7 +102,7 @@ func New(opts Options) (*Metrics, error) {
 		}, []string{"rule"}),
 	}
 	var err error
-	if m.requests, err = topk.New(k); err != nil {
+	if m.spent, err = topk.New(k); err != nil {
 		return nil, fmt.Errorf("metrics: Tenants: %w", err)
 	}
 	m.rejections, _ = topk.New(k)
@@ -128,12 +138,16 @@ func (m *Metrics) Observe(e enforce.Event) {
 	if e.Outcome == enforce.Failed {
 		s.errors.Inc()
 	}
-	if e.Tenant != "" {
-		w := max(e.Cost, 1e-6)
-		m.requests.Add(e.Tenant, w)
-		if e.Outcome == enforce.Rejected || e.Outcome == enforce.ShadowRejected {
-			m.rejections.Add(e.Tenant, w)
-		}
+	if e.Tenant == "" {
+		return
+	}
+	switch e.Outcome {
+	case enforce.Allowed:
+		// What the limiter took: a rejection spends nothing, so the cost
+		// it asked for, however large, never weighs here.
+		m.spent.Add(e.Tenant, e.Cost)
+	case enforce.Rejected, enforce.ShadowRejected:
+		m.rejections.Add(e.Tenant, 1) // one rejection, whatever it asked for
 	}
 }
 
@@ -160,38 +174,52 @@ func (m *Metrics) series(rule string) *ruleSeries {
 	return s
 }
 
-// Tenant is one of the heaviest tenants.
+// Tenant is one of the heaviest tenants of a ranking.
 type Tenant struct {
 	Tenant string  `json:"tenant"`
-	Weight float64 `json:"weight"` // at most this much (cost units)
+	Weight float64 `json:"weight"` // at most this much (cost spent, or rejections)
 	Error  float64 `json:"error"`  // and at least Weight − Error
-	Share  float64 `json:"share"`  // Weight / Total
+	Share  float64 `json:"share"`  // Weight / the ranking's total
 }
 
-// Tenants is the operator's view of concentration since Since.
+// Tenants is the operator's view of concentration since Since, in two
+// rankings that a client cannot inflate with what it was refused:
+//
+//   - BySpent ranks tenants by the cost their allowed requests spent (the
+//     first limit's cost); Spent is all of it. A rejected request spends
+//     nothing and adds nothing here, whatever cost it asked for; a request
+//     let through because the limiter failed (fail-open) spent nothing
+//     either.
+//   - ByRejections ranks them by the number of their rejections (shadow
+//     rejections included), each counting 1 whatever its cost; Rejections
+//     is all of them.
+//
+// Each ranking is a bounded sketch (package topk) of Options.Tenants
+// counters, whose Error is at most its total / Tenants.
 type Tenants struct {
 	Since        time.Time `json:"since"`
-	Total        float64   `json:"total"`          // all requests' cost
-	Rejected     float64   `json:"rejected_total"` // all rejections' cost
-	ByRequests   []Tenant  `json:"by_requests"`
+	Spent        float64   `json:"spent_total"`      // cost spent by allowed requests
+	Rejections   float64   `json:"rejections_total"` // rejections counted
+	BySpent      []Tenant  `json:"by_spent"`
 	ByRejections []Tenant  `json:"by_rejections"`
 }
 
-// TopTenants returns the n heaviest tenants by requests and by
-// rejections. Tenants are the pseudonyms (or labels) the middleware gave.
+// TopTenants returns the n heaviest tenants by cost spent and by
+// rejections (see Tenants). Tenants are the pseudonyms (or labels) the
+// middleware gave. It is safe for concurrent use.
 func (m *Metrics) TopTenants(n int) Tenants {
 	return Tenants{
 		Since:        time.Unix(0, m.since.Load()).UTC(),
-		Total:        m.requests.Total(),
-		Rejected:     m.rejections.Total(),
-		ByRequests:   top(m.requests, n),
+		Spent:        m.spent.Total(),
+		Rejections:   m.rejections.Total(),
+		BySpent:      top(m.spent, n),
 		ByRejections: top(m.rejections, n),
 	}
 }
 
 // ResetTenants starts a new period of the heaviest-tenants view.
 func (m *Metrics) ResetTenants() {
-	m.requests.Reset()
+	m.spent.Reset()
 	m.rejections.Reset()
 	m.since.Store(time.Now().UnixNano())
 }
@@ -203,4 +231,45 @@ func top(s *topk.Sketch, n int) []Tenant {
 		out = append(out, Tenant{Tenant: e.Key, Weight: e.Count, Error: e.Error, Share: e.Count / total})
 	}
 	return out
+}
+
+// DefaultTopTenants and MaxTopTenants bound ?n= of TenantsHandler.
+const (
+	DefaultTopTenants = 20
+	MaxTopTenants     = 1000
+)
+
+// TenantsHandler serves TopTenants as JSON (Cache-Control: no-store):
+// ?n= is the number of tenants of each ranking, 1 to MaxTopTenants,
+// default DefaultTopTenants; any other n is refused with 400 and
+// {"error": "..."} saying why. It answers every method it is mounted
+// under (mount it under GET) and does no authentication: put it behind
+// the admin token. Both sluice serve and sluice gateway serve it as
+// GET /admin/tenants.
+func (m *Metrics) TenantsHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "no-store")
+		w.Header().Set("Content-Type", "application/json")
+		n := DefaultTopTenants
+		if q := r.URL.Query(); q.Has("n") {
+			v := q.Get("n")
+			var err error
+			if n, err = strconv.Atoi(v); err != nil || n < 1 || n > MaxTopTenants || len(q["n"]) > 1 {
+				w.WriteHeader(http.StatusBadRequest)
+				_ = json.NewEncoder(w).Encode(map[string]string{"error": fmt.Sprintf("n %q: give one whole number from 1 to %d (tenants in each ranking; default %d)", v, MaxTopTenants, DefaultTopTenants)})
+				return
+			}
+		}
+		_ = json.NewEncoder(w).Encode(m.TopTenants(n))
+	})
+}
+
+// ResetTenantsHandler calls ResetTenants and answers 204 No Content; mount
+// it under POST, behind the admin token (POST /admin/tenants/reset).
+func (m *Metrics) ResetTenantsHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Cache-Control", "no-store")
+		m.ResetTenants()
+		w.WriteHeader(http.StatusNoContent)
+	})
 }

@@ -58,17 +58,17 @@ sluice_limiter_errors_total{rule="per-key"} 1
 	}
 
 	got := m.TopTenants(2)
-	if got.Total != 10 || got.Rejected != 7 {
-		t.Fatalf("totals: %v requested, %v rejected; want 10 and 7", got.Total, got.Rejected)
+	if got.Spent != 2 || got.Rejections != 2 {
+		t.Fatalf("totals: %v spent, %v rejections; want 2 (a's two allowed) and 2 (b's and c's)", got.Spent, got.Rejections)
 	}
-	if len(got.ByRequests) != 2 || got.ByRequests[0].Tenant != "b" || got.ByRequests[0].Weight != 5 || got.ByRequests[0].Share != 0.5 {
-		t.Fatalf("by requests: %+v, want b first with 5 (half)", got.ByRequests)
+	if len(got.BySpent) != 1 || got.BySpent[0].Tenant != "a" || got.BySpent[0].Weight != 2 || got.BySpent[0].Share != 1 {
+		t.Fatalf("by spent: %+v, want a alone with 2: nothing else was spent", got.BySpent)
 	}
-	if len(got.ByRejections) != 2 || got.ByRejections[0].Tenant != "b" || got.ByRejections[1].Tenant != "c" {
-		t.Fatalf("by rejections: %+v, want b then c", got.ByRejections)
+	if len(got.ByRejections) != 2 || got.ByRejections[0].Tenant != "b" || got.ByRejections[0].Weight != 1 || got.ByRejections[1].Tenant != "c" {
+		t.Fatalf("by rejections: %+v, want b then c, one each", got.ByRejections)
 	}
 	m.ResetTenants()
-	if got := m.TopTenants(2); got.Total != 0 || len(got.ByRequests) != 0 {
+	if got := m.TopTenants(2); got.Spent != 0 || len(got.BySpent) != 0 || len(got.ByRejections) != 0 {
 		t.Fatalf("after reset: %+v", got)
 	}
 }

@@ -17,7 +17,8 @@ var ErrInvalidTarget = errors.New("metrics: invalid pace target name")
 // breaker's, labelled target=name: name is the operator's name for the
 // target, 1 to 64 bytes of [a-zA-Z0-9_.:-] (else ErrInvalidTarget). The
 // Transport's Stats are read once per scrape, so the values of one scrape are
-// consistent with each other. The series are sluice_pace_ followed by:
+// consistent with each other. The series are <namespace>_pace_ (by
+// default sluice_pace_) followed by:
 //
 //   - effective_rate, rate_limit, queued, in_flight: the Pacer now (gauges);
 //   - wait_seconds_total and granted_total: their ratio is the mean wait;
@@ -40,8 +41,9 @@ func (m *Metrics) RegisterPace(name string, t *pace.Transport) error {
 		return fmt.Errorf("metrics: register pace target %q: nil Transport", name)
 	}
 	labels := prometheus.Labels{"target": name}
+	ns := m.namespace + "_pace"
 	c := func(n, help string, kind prometheus.ValueType, value func(pace.TransportStats) float64) counter[pace.TransportStats] {
-		return counter[pace.TransportStats]{prometheus.NewDesc("sluice_pace_"+n, help, nil, labels), kind, value}
+		return counter[pace.TransportStats]{prometheus.NewDesc(prometheus.BuildFQName(ns, "", n), help, nil, labels), kind, value}
 	}
 	u := func(f func(pace.TransportStats) uint64) func(pace.TransportStats) float64 {
 		return func(x pace.TransportStats) float64 { return float64(f(x)) }
@@ -52,7 +54,7 @@ func (m *Metrics) RegisterPace(name string, t *pace.Transport) error {
 		c("rate_limit", "Rate in use, in cost per second: the slowest of the configured, learned and adaptive limits; +Inf when there is none.", gauge, func(x pace.TransportStats) float64 { return x.Pacer.Rate }),
 		c("queued", "Reservations waiting for the pacer now.", gauge, func(x pace.TransportStats) float64 { return float64(x.Pacer.Queued) }),
 		c("in_flight", "Granted reservations not yet done now (counted only under MaxInFlight).", gauge, func(x pace.TransportStats) float64 { return float64(x.Pacer.InFlight) }),
-		c("wait_seconds_total", "Time granted reservations spent queued, in seconds; divided by sluice_pace_granted_total, the mean wait.", count, func(x pace.TransportStats) float64 { return x.Pacer.Waited.Seconds() }),
+		c("wait_seconds_total", "Time granted reservations spent queued, in seconds; divided by granted_total, the mean wait.", count, func(x pace.TransportStats) float64 { return x.Pacer.Waited.Seconds() }),
 		c("granted_total", "Reservations the pacer granted (one per try).", count, u(func(x pace.TransportStats) uint64 { return x.Pacer.Granted })),
 		c("requests_total", "Requests the transport was given.", count, u(func(x pace.TransportStats) uint64 { return x.Requests })),
 		c("tries_total", "Tries sent to the target, first tries and retries.", count, u(func(x pace.TransportStats) uint64 { return x.Tries })),

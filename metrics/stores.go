@@ -39,12 +39,13 @@ func newCounter[S any](ns, name, help string, kind prometheus.ValueType, value f
 	return counter[S]{prometheus.NewDesc(prometheus.BuildFQName(ns, "", name), help, nil, nil), kind, value}
 }
 
-// RegisterRedis exports a redisstore.Store's counters: calls, failures and
+// RegisterRedis exports a redisstore.Store's counters, as
+// <namespace>_redis_* (sluice_redis_* by default): calls, failures and
 // timeouts, the decisions each failure policy made, the breaker, NOSCRIPT
 // answers, deny-cache hits, compensations, clamped clocks and dropped
 // charges.
 func (m *Metrics) RegisterRedis(s *redisstore.Store) error {
-	ns := "sluice_redis"
+	ns := m.namespace + "_redis"
 	st := func(f func(redisstore.Stats) uint64) func(redisstore.Stats) float64 {
 		return func(x redisstore.Stats) float64 { return float64(f(x)) }
 	}
@@ -62,6 +63,12 @@ func (m *Metrics) RegisterRedis(s *redisstore.Store) error {
 		newCounter(ns, "fallback_fail_closed_total", "Decisions made by the fail_closed policy while Redis could not answer.", prometheus.CounterValue, st(func(x redisstore.Stats) uint64 { return x.FailClosed })),
 		newCounter(ns, "fallback_fail_local_total", "Decisions made in process by the fail_local policy while Redis could not answer.", prometheus.CounterValue, st(func(x redisstore.Stats) uint64 { return x.FailLocal })),
 		newCounter(ns, "breaker_open", "1 while the breaker is open (Redis is not called).", prometheus.GaugeValue, open),
+		newCounter(ns, "unreachable", "1 while Redis is unreachable (its last call, or connection attempt, failed for want of Redis): the failure policies decide.", prometheus.GaugeValue, func(x redisstore.Stats) float64 {
+			if x.Unreachable {
+				return 1
+			}
+			return 0
+		}),
 		newCounter(ns, "breaker_opens_total", "Times the breaker opened.", prometheus.CounterValue, st(func(x redisstore.Stats) uint64 { return x.BreakerOpens })),
 		newCounter(ns, "noscript_total", "NOSCRIPT replies answered by sending the script.", prometheus.CounterValue, st(func(x redisstore.Stats) uint64 { return x.NoScript })),
 		newCounter(ns, "deny_cache_hits_total", "Rejections answered in process by the deny cache.", prometheus.CounterValue, st(func(x redisstore.Stats) uint64 { return x.DenyCacheHits })),
@@ -72,10 +79,11 @@ func (m *Metrics) RegisterRedis(s *redisstore.Store) error {
 	return m.registry.Register(c)
 }
 
-// RegisterMemory exports a memstore.Store's counters: keys held, keys
+// RegisterMemory exports a memstore.Store's counters, as
+// <namespace>_memory_* (sluice_memory_* by default): keys held, keys
 // evicted to stay under MaxKeys, keys expired, clamped clocks.
 func (m *Metrics) RegisterMemory(s *memstore.Store) error {
-	ns := "sluice_memory"
+	ns := m.namespace + "_memory"
 	c := &statsCollector[memstore.Stats]{s.Stats, []counter[memstore.Stats]{
 		newCounter(ns, "keys", "States held now.", prometheus.GaugeValue, func(x memstore.Stats) float64 { return float64(x.Keys) }),
 		newCounter(ns, "evictions_total", "Keys dropped while they held live state, to stay under MaxKeys (each restarts full).", prometheus.CounterValue, func(x memstore.Stats) float64 { return float64(x.Evictions) }),
