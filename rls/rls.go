@@ -141,8 +141,10 @@ func New(opts Options) (*Service, error) {
 	return s, nil
 }
 
-// Register registers the service on a gRPC server.
-func (s *Service) Register(srv *grpc.Server) { rlpb.RegisterRateLimitServiceServer(srv, s) }
+// Register registers the service on a gRPC server, built with
+// ServerOption so that a malformed request is INVALID_ARGUMENT (without
+// it, grpc-go answers INTERNAL).
+func (s *Service) Register(srv *grpc.Server) { srv.RegisterService(&serviceDesc, s) }
 
 // check is one descriptor on its way to a decision.
 type check struct {
@@ -398,10 +400,30 @@ var seed = maphash.MakeSeed()
 // tenant is a pseudonym of a counter for the heaviest-tenants view.
 func tenant(key string) string { return enforce.Pseudonym(seed, "rls", key) }
 
+// checker is a limiter that decides a check spending nothing with its
+// failure policy, as it decides a spending one (redisstore.Store.Check):
+// allowed with the state as it is when the store answers; when it cannot,
+// what the policy says.
+type checker interface {
+	Check(ctx context.Context, key string, limit sluice.Limit) (sluice.Decision, error)
+}
+
 // peek is a check that spends nothing: the state as it is, reported as an
-// allowed decision (nothing was asked for). Without a sluice.Inspector the
+// allowed decision (nothing was asked for). A limiter with a failure
+// policy (a checker) decides it by that policy when its store cannot
+// answer, as it does a spending check. Without a sluice.Inspector the
 // limiter cannot be read, and the check says nothing about the state.
 func (s *Service) peek(ctx context.Context, c *check) (sluice.Decision, error) {
+	if ch, ok := s.limiter.(checker); ok {
+		d, err := ch.Check(ctx, c.key, c.limit)
+		if err != nil {
+			if ctx.Err() != nil {
+				return sluice.Decision{}, status.FromContextError(ctx.Err()).Err()
+			}
+			return sluice.Decision{}, status.Errorf(codes.Unavailable, "rls: the limiter failed: %v", err)
+		}
+		return d, nil
+	}
 	in, ok := s.limiter.(sluice.Inspector)
 	if !ok {
 		return sluice.Decision{Allowed: true, Remaining: c.limit.Capacity()}, nil
