@@ -9,6 +9,13 @@
 //
 //	listen: 127.0.0.1:8080          # the gateway's listener
 //	upstream: ""                    # the gateway's upstream URL (or --upstream)
+//	server:                         # the gateway's listener: bounds for slow and idle clients
+//	  read_header_timeout: 10s      # a request's headers must have arrived (slowloris)
+//	  read_timeout: 1m              # the whole request, its body included
+//	  write_timeout: 1m             # the whole answer, from the end of the headers: the upstream's time included
+//	  idle_timeout: 75s             # a keep-alive connection waiting for its next request
+//	  max_body_bytes: 1048576       # a larger request body: 413 (1 MiB, as nginx)
+//	  max_connections: 10000        # connections held at once; more wait in the listen backlog
 //	admin:
 //	  listen: 127.0.0.1:9090        # /metrics, and /admin/* behind the token
 //	  token_file: ""                # a file holding the admin token; no token: /admin/* is off
@@ -31,6 +38,10 @@
 //	  header: x-forwarded-for       # or forwarded (RFC 7239)
 //	  ipv4_prefix: 32
 //	  ipv6_prefix: 64
+//	request:                        # how the gateway normalises a request before the rules see it
+//	  escaped_slashes: reject       # %2F, %5C or \ in the path: reject (400) or unescape (a separator)
+//	  path_parameters: keep         # ";" in a segment: keep (data), strip (as Java servlets do) or reject (400)
+//	  headers_with_underscores: allow # a header named with "_": allow, drop or reject (400)
 //	limits:
 //	  - name: per-ip
 //	    algorithm: token_bucket     # gcra, fixed_window, sliding_log, sliding_window, leaky_bucket, concurrency
@@ -58,6 +69,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
@@ -82,9 +94,11 @@ type File struct {
 	Listen   string   `yaml:"listen"`
 	Upstream string   `yaml:"upstream"`
 	Admin    Admin    `yaml:"admin"`
+	Server   Server   `yaml:"server"`
 	Store    Store    `yaml:"store"`
 	Headers  Headers  `yaml:"headers"`
 	ClientIP ClientIP `yaml:"client_ip"`
+	Request  Request  `yaml:"request"`
 	Limits   []Limit  `yaml:"limits"`
 	Rules    []Rule   `yaml:"rules"`
 
@@ -96,6 +110,98 @@ type File struct {
 type Admin struct {
 	Listen    string `yaml:"listen"`
 	TokenFile string `yaml:"token_file"`
+}
+
+// Server bounds the gateway's public listener, so that slow and idle
+// clients cannot hold it: each timeout closes the connection that
+// overstays it. A zero field means its default (Default* below); no
+// bound can be switched off, only raised.
+type Server struct {
+	// ReadHeaderTimeout: a request's headers must have arrived within it
+	// of the connection's accept or of the request's first byte
+	// (slowloris). Default 10 s.
+	ReadHeaderTimeout Duration `yaml:"read_header_timeout"`
+	// ReadTimeout bounds reading the whole request, its body included
+	// (net/http's ReadTimeout: a total, not a gap between reads); a body
+	// still arriving then is cut (408 when the upstream was reading it).
+	// Also bounds the draining of an unread body after a 429. Default
+	// 1 min (nginx's client_body_timeout, here for the whole body).
+	ReadTimeout Duration `yaml:"read_timeout"`
+	// WriteTimeout bounds the whole answer, from the end of the request's
+	// headers: the upstream's time to answer included (as nginx's
+	// proxy_read_timeout, 1 min), and a client that does not read. An
+	// answer not finished then is cut: the upstream request is canceled
+	// and the connection closed. Long streams (server-sent events, large
+	// downloads) need a larger value. Default 1 min.
+	WriteTimeout Duration `yaml:"write_timeout"`
+	// IdleTimeout closes a keep-alive connection that has no request for
+	// this long. Default 75 s (nginx's keepalive_timeout): longer than the
+	// 60 s idle timeout of the usual load balancers in front, so that they
+	// close first; raise it behind one that waits longer.
+	IdleTimeout Duration `yaml:"idle_timeout"`
+	// MaxBodyBytes bounds a request body: one declared larger is refused
+	// with 413 before the upstream is called, and one that grows larger
+	// (chunked) is cut with 413. Default 1 MiB (nginx's
+	// client_max_body_size); raise it for uploads.
+	MaxBodyBytes int64 `yaml:"max_body_bytes"`
+	// MaxConnections caps the connections the listener holds at once;
+	// more wait in the kernel's listen backlog until one closes. Default
+	// 10000 (each may hold an upstream connection too: keep it under half
+	// the process's file-descriptor limit).
+	MaxConnections int `yaml:"max_connections"`
+}
+
+// Defaults of the server section.
+const (
+	DefaultReadHeaderTimeout = 10 * time.Second
+	DefaultReadTimeout       = time.Minute
+	DefaultWriteTimeout      = time.Minute
+	DefaultIdleTimeout       = 75 * time.Second
+	DefaultMaxBodyBytes      = 1 << 20
+	DefaultMaxConnections    = 10000
+)
+
+func (s *Server) defaults() {
+	if s.ReadHeaderTimeout == 0 && s.ReadTimeout > 0 && time.Duration(s.ReadTimeout) < DefaultReadHeaderTimeout {
+		s.ReadHeaderTimeout = s.ReadTimeout // the headers are part of the request
+	}
+	for _, d := range []struct {
+		field *Duration
+		def   time.Duration
+	}{{&s.ReadHeaderTimeout, DefaultReadHeaderTimeout}, {&s.ReadTimeout, DefaultReadTimeout}, {&s.WriteTimeout, DefaultWriteTimeout}, {&s.IdleTimeout, DefaultIdleTimeout}} {
+		if *d.field == 0 {
+			*d.field = Duration(d.def)
+		}
+	}
+	if s.MaxBodyBytes == 0 {
+		s.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if s.MaxConnections == 0 {
+		s.MaxConnections = DefaultMaxConnections
+	}
+}
+
+// validateServer checks the server section (after its defaults).
+func (f *File) validateServer() error {
+	s := f.Server
+	for _, d := range []struct {
+		name string
+		v    Duration
+	}{{"read_header_timeout", s.ReadHeaderTimeout}, {"read_timeout", s.ReadTimeout}, {"write_timeout", s.WriteTimeout}, {"idle_timeout", s.IdleTimeout}} {
+		if d.v < 0 {
+			return f.errAt([]any{"server", d.name}, "server %s %v: must be positive (0 or absent: the default; a bound cannot be switched off)", d.name, time.Duration(d.v))
+		}
+	}
+	if s.ReadHeaderTimeout > s.ReadTimeout {
+		return f.errAt([]any{"server", "read_header_timeout"}, "server read_header_timeout %v is longer than read_timeout %v, which bounds the whole request, headers included", time.Duration(s.ReadHeaderTimeout), time.Duration(s.ReadTimeout))
+	}
+	if s.MaxBodyBytes < 0 {
+		return f.errAt([]any{"server", "max_body_bytes"}, "server max_body_bytes %d: must be positive (0 or absent: %d)", s.MaxBodyBytes, DefaultMaxBodyBytes)
+	}
+	if s.MaxConnections < 0 {
+		return f.errAt([]any{"server", "max_connections"}, "server max_connections %d: must be positive (0 or absent: %d)", s.MaxConnections, DefaultMaxConnections)
+	}
+	return nil
 }
 
 // Store selects and configures the store.
@@ -132,6 +238,77 @@ type ClientIP struct {
 	Header         string   `yaml:"header"`
 	IPv4Prefix     int      `yaml:"ipv4_prefix"`
 	IPv6Prefix     int      `yaml:"ipv6_prefix"`
+}
+
+// Request says how the gateway normalises a request before its rules see
+// it, so that the upstream receives the path the rules matched and no
+// header spelling the rules did not see. Every field's zero value means
+// its default.
+type Request struct {
+	// EscapedSlashes is what an encoded "/" or "\" (%2F, %5C) or a literal
+	// "\" in the path does: reject (the default) answers 400, since an
+	// upstream may read it as a separator or as data; unescape makes it a
+	// separator, and the upstream receives "/" there.
+	EscapedSlashes string `yaml:"escaped_slashes"`
+	// PathParameters is what a ";" in a path segment does: keep (the
+	// default) leaves it as data, as net/http and most frameworks read it;
+	// strip removes each segment's ";..." before the rules match, as Java
+	// servlet containers do ("/api;x/y" is "/api/y"); reject answers 400.
+	PathParameters string `yaml:"path_parameters"`
+	// HeadersWithUnderscores is what a request header whose name holds
+	// "_" does: allow (the default), drop (removed before the rules and the
+	// upstream see the request) or reject (400). Whatever it says, the
+	// underscore spelling of a key header (X_User for X-User, which CGI and
+	// WSGI upstreams read as the same HTTP_X_USER) is always dropped.
+	HeadersWithUnderscores string `yaml:"headers_with_underscores"`
+}
+
+// Values of the Request fields.
+const (
+	Reject   = "reject"
+	Unescape = "unescape"
+	Keep     = "keep"
+	Strip    = "strip"
+	Allow    = "allow"
+	Drop     = "drop"
+)
+
+func (r *Request) defaults() {
+	if r.EscapedSlashes == "" {
+		r.EscapedSlashes = Reject
+	}
+	if r.PathParameters == "" {
+		r.PathParameters = Keep
+	}
+	if r.HeadersWithUnderscores == "" {
+		r.HeadersWithUnderscores = Allow
+	}
+}
+
+// validateRequest checks the request section, and that no key header has
+// a name the underscore action would remove from every request.
+func (f *File) validateRequest() error {
+	r := f.Request
+	if v := r.EscapedSlashes; v != Reject && v != Unescape {
+		return f.errAt([]any{"request", "escaped_slashes"}, "request escaped_slashes %q: reject or unescape (keeping an encoded slash would let the rules and the upstream split the path differently)", v)
+	}
+	if v := r.PathParameters; v != Keep && v != Strip && v != Reject {
+		return f.errAt([]any{"request", "path_parameters"}, "request path_parameters %q: keep, strip or reject", v)
+	}
+	if v := r.HeadersWithUnderscores; v != Allow && v != Drop && v != Reject {
+		return f.errAt([]any{"request", "headers_with_underscores"}, "request headers_with_underscores %q: allow, drop or reject", v)
+	}
+	if r.HeadersWithUnderscores == Allow {
+		return nil
+	}
+	for i, rule := range f.Rules {
+		for j, q := range rule.Quotas {
+			if strings.Contains(q.Header, "_") {
+				return f.errAt([]any{"rules", i, "quotas", j, "header"}, "rule %q: header %q has an underscore, and request headers_with_underscores: %s would remove it from every request", rule.Name, q.Header, r.HeadersWithUnderscores)
+			}
+		}
+	}
+	return nil
 }
 
 // Limit is a named limit.
@@ -251,6 +428,8 @@ func (f *File) defaults() {
 	if f.ClientIP.Header == "" {
 		f.ClientIP.Header = "x-forwarded-for"
 	}
+	f.Request.defaults()
+	f.Server.defaults()
 }
 
 // errAt is an error about the node at path (mapping keys and sequence
@@ -338,6 +517,12 @@ func (f *File) validate() error {
 	}
 	if p := f.ClientIP.IPv6Prefix; p < 0 || p > 128 {
 		return f.errAt([]any{"client_ip", "ipv6_prefix"}, "ipv6_prefix %d: 1 to 128 (0: 64)", p)
+	}
+	if err := f.validateRequest(); err != nil {
+		return err
+	}
+	if err := f.validateServer(); err != nil {
+		return err
 	}
 	limits := map[string]sluice.Limit{}
 	for i, l := range f.Limits {
@@ -527,11 +712,20 @@ func CheckUpstream(u string) error {
 	return nil
 }
 
-// checkAddr checks a host:port listener or server address.
+// checkAddr checks a host:port listener or server address: a host (a
+// name, an IPv4 address, an IPv6 address in brackets, or nothing: every
+// interface) and a port number from 0 to 65535. A bare IPv6 address such
+// as ::1 is refused with the bracketed form to use.
 func checkAddr(a string) error {
-	i := strings.LastIndexByte(a, ':')
-	if i < 0 || i == len(a)-1 {
-		return errors.New("host:port, e.g. 127.0.0.1:8080")
+	_, port, err := net.SplitHostPort(a)
+	if err != nil || port == "" {
+		if strings.Count(a, ":") > 1 && !strings.HasPrefix(a, "[") {
+			return errors.New("an IPv6 address goes in brackets with a port, e.g. [::1]:8080")
+		}
+		return errors.New("host:port, e.g. 127.0.0.1:8080 or [::1]:8080")
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n > 65535 {
+		return errors.New("the port must be a number from 0 to 65535")
 	}
 	return nil
 }

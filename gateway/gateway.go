@@ -18,12 +18,11 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/redis/rueidis"
+	"golang.org/x/net/netutil"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/clientip"
@@ -45,7 +44,8 @@ type Options struct {
 	// Logger receives the gateway's events (never a key or an identity).
 	// Default: discard.
 	Logger *slog.Logger
-	// ShutdownTimeout bounds a graceful shutdown. Default 10 s.
+	// ShutdownTimeout bounds a graceful shutdown: requests still in
+	// flight then are cut. Default 10 s.
 	ShutdownTimeout time.Duration
 }
 
@@ -60,6 +60,10 @@ type Gateway struct {
 	closers  []func() error
 	shutdown time.Duration
 	closeMu  sync.Once
+	// redis is the Redis store (nil for the memory store); failsClosed:
+	// a limit's on_failure is fail_closed. For /readyz.
+	redis       *redisstore.Store
+	failsClosed bool
 }
 
 // New opens the store, builds the middleware and binds both listeners (so
@@ -106,7 +110,12 @@ func New(opts Options) (*Gateway, error) {
 	if err != nil {
 		return nil, err
 	}
-	proxy := &httputil.ReverseProxy{
+	refused, err := g.metrics.RegisterRefused()
+	if err != nil {
+		return nil, err
+	}
+	srv := cfg.Server
+	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
 			// Keep the chain a trusted proxy forwarded (anyone else's is
@@ -116,18 +125,18 @@ func New(opts Options) (*Gateway, error) {
 			}
 			pr.SetXForwarded()
 		},
-		Transport: upstreamTransport(),
-		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			g.log.Warn("upstream unreachable", "err", err)
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusBadGateway)
-			_, _ = w.Write([]byte(`{"error":"upstream_unavailable","retryable":true}`))
-		},
+		Transport:    upstreamTransport(upstreamWait(time.Duration(srv.WriteTimeout))),
+		ErrorHandler: g.proxyError(srv.MaxBodyBytes, refused),
+		ErrorLog:     slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
 	}
+	proxy := limitBody(srv.MaxBodyBytes, refused, rp)
+	public := guard(cfg, ip, refused, mw.Handler(proxy))
 	g.public = &http.Server{
-		Handler:           dropUntrusted(ip, cfg.PrincipalHeaders(), mw.Handler(proxy)),
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
+		Handler:           public,
+		ReadHeaderTimeout: time.Duration(srv.ReadHeaderTimeout),
+		ReadTimeout:       time.Duration(srv.ReadTimeout), // the whole request, and the drain of a body unread after a 429
+		WriteTimeout:      time.Duration(srv.WriteTimeout),
+		IdleTimeout:       time.Duration(srv.IdleTimeout),
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
 	}
@@ -145,6 +154,9 @@ func New(opts Options) (*Gateway, error) {
 	if g.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return nil, fmt.Errorf("gateway: listen %s: %w", cfg.Listen, err)
 	}
+	// At most max_connections at once: the others wait in the kernel's
+	// backlog until a timeout or a client closes one.
+	g.ln = netutil.LimitListener(g.ln, srv.MaxConnections)
 	if g.aln, err = net.Listen("tcp", cfg.Admin.Listen); err != nil {
 		return nil, fmt.Errorf("gateway: admin listen %s: %w", cfg.Admin.Listen, err)
 	}
@@ -159,36 +171,45 @@ func (g *Gateway) Addr() string { return g.ln.Addr().String() }
 func (g *Gateway) AdminAddr() string { return g.aln.Addr().String() }
 
 // Run serves until ctx ends, then shuts down gracefully: no new
-// connections, requests in flight finish (within the shutdown timeout).
-// It returns nil after a graceful shutdown, or the error that stopped a
-// listener.
+// connections, requests in flight finish within the shutdown timeout;
+// those still running then are cut (their connections closed), so that
+// none outlives Run. It returns nil after a graceful shutdown, or every
+// error that stopped a listener, and the shutdown's timeout.
 func (g *Gateway) Run(ctx context.Context) error {
 	g.log.Info("gateway listening", "addr", g.Addr(), "admin", g.AdminAddr())
-	errs := make(chan error, 2)
-	go func() { errs <- g.public.Serve(g.ln) }()
-	go func() { errs <- g.admin.Serve(g.aln) }()
+	servers := []*http.Server{g.public, g.admin}
+	errs := make(chan error, len(servers))
+	go func() { errs <- served(g.public.Serve(g.ln)) }()
+	go func() { errs <- served(g.admin.Serve(g.aln)) }()
+	pending := len(servers) // the Serve returns not yet received
 	var err error
 	select {
 	case <-ctx.Done():
 	case err = <-errs:
+		pending--
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.shutdown)
 	defer cancel()
-	err = errors.Join(err, g.public.Shutdown(sctx), g.admin.Shutdown(sctx))
-	pending := 2
-	if err != nil {
-		pending-- // that server's error was received above
-	}
-	for range pending {
-		if e := <-errs; !errors.Is(e, http.ErrServerClosed) {
-			err = errors.Join(err, e)
+	for _, s := range servers {
+		if e := s.Shutdown(sctx); e != nil {
+			s.Close() // cut what is still in flight
+			err = errors.Join(err, fmt.Errorf("gateway: shutdown (%v), requests still in flight were cut: %w", g.shutdown, e))
 		}
 	}
-	if errors.Is(err, http.ErrServerClosed) {
-		err = nil
+	for ; pending > 0; pending-- {
+		err = errors.Join(err, <-errs)
 	}
 	g.log.Info("gateway stopped")
 	return errors.Join(err, g.Close())
+}
+
+// served is a Serve's return as Run reports it: nil for the
+// http.ErrServerClosed of a shutdown.
+func served(err error) error {
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
 }
 
 // Close releases the store and the listeners. Idempotent.
@@ -218,11 +239,13 @@ func (g *Gateway) openStore(cfg *config.File) (sluice.Limiter, error) {
 		return s, g.metrics.RegisterMemory(s)
 	}
 	r := cfg.Store.Redis
-	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: r.Addrs, DisableCache: true})
+	// Connected in the background: a Redis down at start is an outage
+	// the limits' on_failure decides, until it appears.
+	conn, err := redisstore.Dial(redisstore.DialOptions{Addrs: r.Addrs})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: redis %v: %w", r.Addrs, err)
 	}
-	g.closers = append(g.closers, func() error { client.Close(); return nil })
+	g.closers = append(g.closers, conn.Close)
 	secret, err := readSecret(r.KeyHMACFile, "redis key_hmac_file")
 	if err != nil {
 		return nil, err
@@ -231,40 +254,35 @@ func (g *Gateway) openStore(cfg *config.File) (sluice.Limiter, error) {
 	for _, l := range cfg.Limits {
 		p, _ := config.FailurePolicy(l.OnFailure) // validated
 		policies[l.Name] = map[string]redisstore.Policy{config.FailOpen: redisstore.FailOpen, config.FailClosed: redisstore.FailClosed, config.FailLocal: redisstore.FailLocal}[p]
+		g.failsClosed = g.failsClosed || policies[l.Name] == redisstore.FailClosed
 	}
 	s, err := redisstore.New(redisstore.Options{
-		Client: redisstore.NewRueidis(client), Prefix: r.Prefix, KeyHMAC: secret,
+		Client: conn, Prefix: r.Prefix, KeyHMAC: secret, Logger: g.log,
 		Timeout: time.Duration(r.Timeout), Instances: r.Instances, DenyCache: r.DenyCache, Policies: policies,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	g.closers = append(g.closers, s.Close)
+	g.redis = s
 	return s, g.metrics.RegisterRedis(s)
 }
 
-// middleware builds the httplimit middleware of cfg.
-// dropUntrusted removes the principal headers of requests that do not come
-// through a trusted proxy: only an authenticating proxy in front may say
-// who a request is (a client that wrote the header itself would choose its
-// own key, and the upstream would believe it).
-func dropUntrusted(ip *clientip.Resolver, headers []string, next http.Handler) http.Handler {
-	if len(headers) == 0 {
-		return next
-	}
-	for i, h := range headers {
-		headers[i] = http.CanonicalHeaderKey(h)
-	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !ip.Trusted(r) {
-			for _, h := range headers {
-				delete(r.Header, h)
-			}
+// readyz answers 200 when the gateway may take traffic, 503 when it has a
+// Redis store that does not answer a Ping (bounded by the store's
+// timeout) while a limit fails closed: the load balancer sends the
+// requests to another instance rather than have them refused.
+func (g *Gateway) readyz(w http.ResponseWriter, r *http.Request) {
+	if g.redis != nil && g.failsClosed {
+		if err := g.redis.Ping(r.Context()); err != nil {
+			http.Error(w, "not ready: Redis is unreachable and a limit fails closed: "+err.Error(), http.StatusServiceUnavailable)
+			return
 		}
-		next.ServeHTTP(w, r)
-	})
+	}
+	_, _ = w.Write([]byte("ready\n"))
 }
 
+// middleware builds the httplimit middleware of cfg.
 func middleware(cfg *config.File, limiter sluice.Limiter, obs enforce.Observer) (*httplimit.Middleware, *clientip.Resolver, error) {
 	trusted, err := clientip.ParseTrusted(cfg.ClientIP.TrustedProxies)
 	if err != nil {
@@ -291,12 +309,13 @@ func middleware(cfg *config.File, limiter sluice.Limiter, obs enforce.Observer) 
 }
 
 // upstreamTransport is http.DefaultTransport's, with enough idle
-// connections for a busy upstream and bounded waits.
-func upstreamTransport() *http.Transport {
+// connections for a busy upstream and bounded waits: the upstream has
+// wait to start its answer (504 after it).
+func upstreamTransport(wait time.Duration) *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConns = 1024
 	t.MaxIdleConnsPerHost = 1024
-	t.ResponseHeaderTimeout = time.Minute
+	t.ResponseHeaderTimeout = wait
 	return t
 }
 
@@ -318,43 +337,39 @@ func readSecret(path, what string) ([]byte, error) {
 }
 
 // adminHandler serves /healthz and /metrics, and, with the bearer token,
-// /admin/tenants (GET: the heaviest tenants; ?n= how many, default 20, at
-// most 1000) and /admin/tenants/reset (POST: start a new period).
+// /admin/tenants (GET: the heaviest tenants by cost spent and by
+// rejections; ?n= how many, default 20, at most 1000: see
+// metrics.TenantsHandler) and /admin/tenants/reset (POST: start a new
+// period). Without a configured token the /admin/ routes are 403 (off);
+// with one, a missing or wrong credential is 401 with WWW-Authenticate — as
+// sluice serve's admin. Both bodies are JSON {"error": ...} saying which.
 func (g *Gateway) adminHandler(token string) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	mux.HandleFunc("GET /readyz", g.readyz)
 	mux.Handle("GET /metrics", g.metrics.Handler())
-	auth := func(h http.HandlerFunc) http.HandlerFunc {
-		return func(w http.ResponseWriter, r *http.Request) {
+	refuse := func(w http.ResponseWriter, code int, msg string) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(code)
+		_ = json.NewEncoder(w).Encode(map[string]string{"error": msg})
+	}
+	auth := func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Cache-Control", "no-store")
 			if token == "" {
-				http.Error(w, "admin endpoints are off: configure admin.token_file", http.StatusForbidden)
+				refuse(w, http.StatusForbidden, "admin endpoints are off: no admin token is configured (set admin.token_file)")
 				return
 			}
 			got, bearer := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 			if !bearer || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="sluice admin"`)
-				http.Error(w, "unauthorized", http.StatusUnauthorized)
+				refuse(w, http.StatusUnauthorized, "unauthorized: send Authorization: Bearer and the admin token")
 				return
 			}
-			h(w, r)
-		}
+			h.ServeHTTP(w, r)
+		})
 	}
-	mux.HandleFunc("GET /admin/tenants", auth(func(w http.ResponseWriter, r *http.Request) {
-		n := 20
-		if v := r.URL.Query().Get("n"); v != "" {
-			var err error
-			if n, err = strconv.Atoi(v); err != nil || n < 1 || n > 1000 {
-				http.Error(w, "n: a number from 1 to 1000", http.StatusBadRequest)
-				return
-			}
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(g.metrics.TopTenants(n))
-	}))
-	mux.HandleFunc("POST /admin/tenants/reset", auth(func(w http.ResponseWriter, r *http.Request) {
-		g.metrics.ResetTenants()
-		w.WriteHeader(http.StatusNoContent)
-	}))
+	mux.Handle("GET /admin/tenants", auth(g.metrics.TenantsHandler()))
+	mux.Handle("POST /admin/tenants/reset", auth(g.metrics.ResetTenantsHandler()))
 	return mux
 }

@@ -160,14 +160,14 @@ func TestGateway(t *testing.T) {
 	}
 	r, b = get(t, admin+"/admin/tenants?n=5", "Authorization", "Bearer an-admin-token-of-some-length")
 	var tenants struct {
-		Total        float64                   `json:"total"`
-		ByRequests   []struct{ Tenant string } `json:"by_requests"`
+		Spent        float64                   `json:"spent_total"`
+		BySpent      []struct{ Tenant string } `json:"by_spent"`
 		ByRejections []struct{ Tenant string } `json:"by_rejections"`
 	}
 	if err := json.Unmarshal([]byte(b), &tenants); err != nil || r.StatusCode != 200 {
 		t.Fatalf("tenants: %d %q %v", r.StatusCode, b, err)
 	}
-	if tenants.Total != 3 || len(tenants.ByRequests) != 1 || len(tenants.ByRejections) != 1 || !pseudonym.MatchString(tenants.ByRequests[0].Tenant) || strings.Contains(b, "127.0.0.1") {
+	if tenants.Spent != 2 || len(tenants.BySpent) != 1 || len(tenants.ByRejections) != 1 || !pseudonym.MatchString(tenants.BySpent[0].Tenant) || strings.Contains(b, "127.0.0.1") {
 		t.Fatalf("tenants: %s", b)
 	}
 	if err := stop(); err != nil {
