@@ -30,7 +30,7 @@ import (
 	rlpb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/fsnotify/fsnotify"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/rueidis"
+	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
@@ -90,8 +90,9 @@ type Options struct {
 	// RedisPolicy is what a limit decides when Redis cannot answer.
 	// Default redisstore.FailOpen.
 	RedisPolicy redisstore.Policy
-	// AdminToken guards every admin route (Authorization: Bearer). Empty:
-	// the admin listener answers 401 to everything but nothing else.
+	// AdminToken guards every admin route (Authorization: Bearer); a
+	// missing or wrong credential is 401. Empty: the admin API is off, and
+	// every route answers 403 saying so.
 	AdminToken string
 	// MaxDescriptors per request. Default rls.DefaultMaxDescriptors.
 	MaxDescriptors int
@@ -99,10 +100,33 @@ type Options struct {
 	// (draft-11) to responses (envoyproxy/ratelimit adds none by default;
 	// they cost about 8 % of the throughput).
 	ResponseHeaders bool
-	// Logger receives events (never a key or a descriptor's value).
+	// KeyHMAC, when set, is the secret with which the Redis store hashes
+	// keys (HMAC-SHA256) before they reach Redis, so that no API key, IP
+	// or other descriptor value appears in a Redis key name (see
+	// redisstore.Options.KeyHMAC; ReadKeyHMAC reads it from a file).
+	// Requires Redis; changing it starts every counter fresh. Never logged.
+	KeyHMAC []byte
+	// Logger receives events (never a key or a descriptor's value),
+	// including the Redis store's state changes (unreachable, back,
+	// breaker opened, closed), once per change.
 	Logger *slog.Logger
 	// ShutdownTimeout bounds the drain of calls in flight. Default 10 s.
 	ShutdownTimeout time.Duration
+	// GRPCIdleTimeout closes a gRPC connection that has had no call in
+	// flight for this long, with a GOAWAY (a client such as Envoy
+	// reconnects on its next call, failing none). Default 5 min.
+	GRPCIdleTimeout time.Duration
+	// GRPCPingInterval and GRPCPingTimeout: a gRPC connection silent for
+	// GRPCPingInterval is pinged, and closed when the ping is not answered
+	// within GRPCPingTimeout (a peer gone without closing). Defaults 1 min
+	// (at least 1 s) and 20 s. A client may ping every
+	// MinClientPingInterval at most, calls in flight or not.
+	GRPCPingInterval, GRPCPingTimeout time.Duration
+	// MaxConnections caps the connections each listener (gRPC, HTTP,
+	// admin) holds at once; more wait in the kernel's listen backlog until
+	// one closes (the HTTP listeners' timeouts and GRPCIdleTimeout free
+	// them). Default 10000.
+	MaxConnections int
 }
 
 // Server is a decision service with its listeners bound and its store
@@ -126,6 +150,7 @@ type Server struct {
 	watcher  *fsnotify.Watcher
 	watched  map[string]bool // base names of watched files (not directories)
 	closers  []func() error
+	redis    *redisstore.Store // the Redis store the server opened; nil otherwise
 }
 
 // loaded describes the configuration in force.
@@ -139,6 +164,9 @@ type loaded struct {
 func New(opts Options) (*Server, error) {
 	if opts.Load == nil {
 		return nil, errors.New("server: Options.Load is required")
+	}
+	if len(opts.KeyHMAC) > 0 && (opts.Redis == "" || opts.Limiter != nil) {
+		return nil, errors.New("server: Options.KeyHMAC hashes the keys of the Redis the server opens: give Options.Redis (and no Limiter)")
 	}
 	s := &Server{opts: opts, log: opts.Logger}
 	if s.log == nil {
@@ -171,7 +199,11 @@ func New(opts Options) (*Server, error) {
 	if s.svc, err = rls.New(rls.Options{Limiter: limiter, Config: &s.matcher, Observer: s.metrics, Headers: opts.ResponseHeaders, MaxDescriptors: opts.MaxDescriptors}); err != nil {
 		return nil, err
 	}
-	s.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(MaxMessage), grpc.ConnectionTimeout(5*time.Second))
+	bounds, err := opts.grpcBounds()
+	if err != nil {
+		return nil, err
+	}
+	s.grpc = grpc.NewServer(append(bounds, rls.ServerOption(), grpc.MaxRecvMsgSize(MaxMessage), grpc.ConnectionTimeout(5*time.Second))...)
 	s.svc.Register(s.grpc)
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, s.health)
@@ -184,6 +216,7 @@ func New(opts Options) (*Server, error) {
 		if s.lns[i], err = net.Listen("tcp", a); err != nil {
 			return nil, fmt.Errorf("server: listen %s: %w", a, err)
 		}
+		s.lns[i] = netutil.LimitListener(s.lns[i], opts.maxConnections())
 	}
 	ok = true
 	return s, nil
@@ -208,12 +241,14 @@ func (s *Server) openStore() (sluice.Limiter, error) {
 		s.closers = append(s.closers, m.Close)
 		return m, s.metrics.RegisterMemory(m)
 	}
-	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: strings.Split(s.opts.Redis, ","), DisableCache: true})
+	// Connected in the background: a Redis down at start is an outage
+	// the policies decide, until it appears.
+	conn, err := redisstore.Dial(redisstore.DialOptions{Addrs: strings.Split(s.opts.Redis, ",")})
 	if err != nil {
 		return nil, fmt.Errorf("server: redis %s: %w", s.opts.Redis, err)
 	}
-	s.closers = append(s.closers, func() error { client.Close(); return nil })
-	st, err := redisstore.New(redisstore.Options{Client: redisstore.NewRueidis(client), Policy: s.opts.RedisPolicy,
+	s.closers = append(s.closers, conn.Close)
+	st, err := redisstore.New(redisstore.Options{Client: conn, Policy: s.opts.RedisPolicy, KeyHMAC: s.opts.KeyHMAC, Logger: s.log,
 		PolicyOf: func(l sluice.Limit) (redisstore.Policy, bool) { // the rules' on_failure, as reloaded
 			p, ok := (*s.policies.Load())[l.Name]
 			return p, ok
@@ -222,7 +257,32 @@ func (s *Server) openStore() (sluice.Limiter, error) {
 		return nil, fmt.Errorf("server: %w", err)
 	}
 	s.closers = append(s.closers, st.Close)
+	s.redis = st
 	return st, s.metrics.RegisterRedis(st)
+}
+
+// failsClosed reports whether a limit in force fails closed when Redis
+// cannot answer: the default policy, or a rule's on_failure.
+func (s *Server) failsClosed() bool {
+	if s.opts.RedisPolicy == redisstore.FailClosed {
+		return true
+	}
+	for _, p := range *s.policies.Load() {
+		if p == redisstore.FailClosed {
+			return true
+		}
+	}
+	return false
+}
+
+// redisReady is nil when the server may take traffic as far as Redis is
+// concerned: no Redis, no limit that fails closed, or a Redis that
+// answers a Ping (bounded by the store's timeout).
+func (s *Server) redisReady(ctx context.Context) error {
+	if s.redis == nil || !s.failsClosed() {
+		return nil
+	}
+	return s.redis.Ping(ctx)
 }
 
 // GRPCAddr, HTTPAddr and AdminAddr are the bound listeners' addresses.
@@ -346,9 +406,13 @@ func (s *Server) httpHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /json", s.serveJSON)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		if p := s.matcher.Load(); p == nil || *p == nil {
 			http.Error(w, "no configuration", http.StatusServiceUnavailable)
+			return
+		}
+		if err := s.redisReady(r.Context()); err != nil {
+			http.Error(w, "not ready: Redis is unreachable and a limit fails closed: "+err.Error(), http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = io.WriteString(w, "ready "+s.Version()+"\n")
@@ -408,8 +472,13 @@ func writeJSONError(w http.ResponseWriter, code int, msg string) {
 // adminHandler: every route needs the bearer token. GET /admin/config (the
 // configuration in force), POST /admin/reload, GET /admin/keys (a
 // descriptor's counter, spending nothing), POST /admin/keys/reset (forget
-// it), GET /admin/tenants (the heaviest counters, as pseudonyms), POST
-// /admin/tenants/reset, and /debug/pprof/ (profiles).
+// it), GET /admin/tenants (the heaviest counters by cost spent and by
+// rejections, as pseudonyms; ?n= 1 to 1000, default 20: see
+// metrics.TenantsHandler), POST /admin/tenants/reset, and /debug/pprof/
+// (profiles). Without a configured token every route is 403 (the admin API
+// is off); with one, a missing or wrong credential is 401 with
+// WWW-Authenticate — as the gateway's admin. Both bodies are JSON
+// {"error": ...} saying which.
 func (s *Server) adminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /admin/config", func(w http.ResponseWriter, _ *http.Request) {
@@ -455,21 +524,19 @@ func (s *Server) adminHandler() http.Handler {
 	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
 	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
-	mux.HandleFunc("GET /admin/tenants", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(s.metrics.TopTenants(20))
-	})
-	mux.HandleFunc("POST /admin/tenants/reset", func(w http.ResponseWriter, _ *http.Request) {
-		s.metrics.ResetTenants()
-		w.WriteHeader(http.StatusNoContent)
-	})
+	mux.Handle("GET /admin/tenants", s.metrics.TenantsHandler())
+	mux.Handle("POST /admin/tenants/reset", s.metrics.ResetTenantsHandler())
 	token := []byte(s.opts.AdminToken)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Cache-Control", "no-store")
+		if len(token) == 0 {
+			writeJSONError(w, http.StatusForbidden, "admin endpoints are off: no admin token is configured (start sluice serve with --admin-token-file)")
+			return
+		}
 		got, bearer := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if len(token) == 0 || !bearer || subtle.ConstantTimeCompare([]byte(got), token) != 1 {
+		if !bearer || subtle.ConstantTimeCompare([]byte(got), token) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="sluice admin"`)
-			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			writeJSONError(w, http.StatusUnauthorized, "unauthorized: send Authorization: Bearer and the admin token")
 			return
 		}
 		mux.ServeHTTP(w, r)
@@ -506,6 +573,21 @@ func writeAdminError(w http.ResponseWriter, err error) {
 	default:
 		writeJSONError(w, http.StatusServiceUnavailable, err.Error())
 	}
+}
+
+// ReadKeyHMAC reads the secret of Options.KeyHMAC from a file, trimmed of
+// surrounding white space: at least 16 characters (the gateway's
+// key_hmac_file rule). The error names the file, never the secret.
+func ReadKeyHMAC(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("server: key HMAC secret: %w", err)
+	}
+	secret := strings.TrimSpace(string(b))
+	if len(secret) < 16 {
+		return nil, fmt.Errorf("server: key HMAC secret %s: the secret must be at least 16 characters", path)
+	}
+	return []byte(secret), nil
 }
 
 // ReadToken reads an admin token from a file: one line, at least 16

@@ -22,8 +22,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	adminAddr := fs.String("admin-addr", server.DefaultAdminAddr, "the admin listener (every route needs the token)")
 	redis := fs.String("redis", "", "a Redis address (several, comma-separated: a Cluster); the memory store when empty")
 	failure := fs.String("on-redis-failure", "fail_open", "what a decision is when Redis cannot answer: fail_open, fail_closed or fail_local")
-	tokenFile := fs.String("admin-token-file", "", "a file holding the admin token (without it, the admin API answers 401 to everything)")
+	hmacFile := fs.String("key-hmac-file", "", "a file holding a secret (at least 16 characters) with which Redis keys are HMAC'd: no API key or IP in Redis key names (needs --redis)")
+	tokenFile := fs.String("admin-token-file", "", "a file holding the admin token (without it, the admin API is off: every route answers 403)")
 	maxDesc := fs.Int("max-descriptors", 0, "descriptors per request at most (default 64)")
+	grpcIdle := fs.Duration("grpc-idle-timeout", server.DefaultGRPCIdleTimeout, "close a gRPC connection with no call in flight for this long (a GOAWAY: the client reconnects on its next call)")
+	maxConns := fs.Int("max-connections", server.DefaultMaxConnections, "connections each listener holds at once; more wait in the listen backlog")
 	headers := fs.Bool("response-headers", false, "ask Envoy to add RateLimit-Policy and RateLimit (draft-11) to responses (off by default, as envoyproxy/ratelimit)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: sluice serve --config FILE|DIR [flags]\n\nThe decision service: Envoy's rate limit service (RLS v3) over gRPC, a drop-in for\nenvoyproxy/ratelimit that reads its configuration files unchanged, and the same decisions\nas JSON over HTTP. Reloads on SIGHUP and when the files change; logs JSON to stderr;\ndrains and stops on SIGINT or SIGTERM.\n\nFlags:")
@@ -36,10 +39,26 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fs.Usage()
 		return exitUsage
 	}
+	if *maxConns < 1 || *grpcIdle <= 0 {
+		fmt.Fprintf(stderr, "sluice serve: --max-connections %d, --grpc-idle-timeout %v: both must be positive (a bound cannot be switched off)\n", *maxConns, *grpcIdle)
+		return exitUsage
+	}
 	policy, ok := server.ParsePolicy(*failure)
 	if !ok {
 		fmt.Fprintf(stderr, "sluice serve: --on-redis-failure %q: fail_open, fail_closed or fail_local\n", *failure)
 		return exitUsage
+	}
+	var keyHMAC []byte
+	if *hmacFile != "" {
+		if *redis == "" {
+			fmt.Fprintln(stderr, "sluice serve: --key-hmac-file hashes the keys sent to Redis: give --redis too")
+			return exitUsage
+		}
+		var err error
+		if keyHMAC, err = server.ReadKeyHMAC(*hmacFile); err != nil {
+			fmt.Fprintln(stderr, "sluice serve:", err)
+			return exitError
+		}
 	}
 	var token string
 	if *tokenFile != "" {
@@ -53,7 +72,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	s, err := server.New(server.Options{
 		Load: server.EnvoyLoader(*path), Watch: []string{*path},
 		HTTPAddr: *httpAddr, GRPCAddr: *grpcAddr, AdminAddr: *adminAddr,
-		Redis: *redis, RedisPolicy: policy, AdminToken: token, MaxDescriptors: *maxDesc, ResponseHeaders: *headers, Logger: log,
+		Redis: *redis, RedisPolicy: policy, KeyHMAC: keyHMAC, AdminToken: token, MaxDescriptors: *maxDesc, ResponseHeaders: *headers, Logger: log,
+		GRPCIdleTimeout: *grpcIdle, MaxConnections: *maxConns,
 	})
 	if err != nil {
 		fmt.Fprintln(stderr, "sluice serve:", err)

@@ -1,0 +1,267 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/redisstore"
+	"github.com/sluicehq/sluice/server"
+)
+
+// logBuffer captures JSON log lines, safe for concurrent use.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// count is how many logged messages start with prefix.
+func (b *logBuffer) count(t *testing.T, prefix string) int {
+	t.Helper()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := 0
+	for line := range strings.Lines(b.buf.String()) {
+		var rec struct{ Msg string }
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		if strings.HasPrefix(rec.Msg, prefix) {
+			n++
+		}
+	}
+	return n
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// serveRedis starts a server on the Redis at addr with the api_key limit
+// of quota a minute, and returns its HTTP address.
+func serveRedis(t *testing.T, addr string, policy redisstore.Policy, quota int, log *slog.Logger, keyHMAC []byte) string {
+	t.Helper()
+	dir := t.TempDir()
+	// Per hour, not per minute: a fixed window's key expires at the
+	// window's end, and a SCAN just after a minute's end would miss it.
+	hourly := strings.Replace(config(quota), "unit: minute", "unit: hour", 1)
+	if err := os.WriteFile(filepath.Join(dir, "edge.yaml"), []byte(hourly), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err := server.New(server.Options{Load: server.EnvoyLoader(dir), Redis: addr, RedisPolicy: policy, KeyHMAC: keyHMAC, Logger: log,
+		HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatalf("New with Redis %s: %v", addr, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx, nil) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return s.HTTPAddr()
+}
+
+// jsonCheck asks POST /json about descriptors of api_key=value (hits: a
+// descriptor's own hits_addend, -1 for none) and returns the HTTP status
+// and the descriptors' codes.
+func jsonCheck(t *testing.T, addr string, hits []int, values ...string) (int, []string) {
+	t.Helper()
+	var ds []string
+	for i, v := range values {
+		h := ""
+		if hits[i] >= 0 {
+			h = fmt.Sprintf(`,"hits_addend":%d`, hits[i])
+		}
+		ds = append(ds, fmt.Sprintf(`{"entries":[{"key":"api_key","value":%q}]%s}`, v, h))
+	}
+	code, body := httpDo(t, "POST", "http://"+addr+"/json", `{"domain":"edge","descriptors":[`+strings.Join(ds, ",")+`]}`)
+	var resp struct {
+		Statuses []struct{ Code string }
+	}
+	_ = json.Unmarshal([]byte(body), &resp)
+	var codes []string
+	for _, st := range resp.Statuses {
+		codes = append(codes, st.Code)
+	}
+	if len(codes) != len(values) {
+		codes = []string{body}
+	}
+	return code, codes
+}
+
+// sluice serve starts before its Redis: each policy decides while Redis
+// is down, /readyz says not ready under fail_closed only; when Redis
+// appears the server uses it by itself within 5 s (a quota of 3 allows
+// exactly 3, the key has a TTL, /readyz is ready); the log has one line
+// per state change.
+func TestStartWithoutRedis(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		policy redisstore.Policy
+		want   []int // HTTP statuses of 4 calls on one key with Redis down
+		ready  int
+	}{
+		{redisstore.FailOpen, []int{200, 200, 200, 200}, 200},
+		{redisstore.FailClosed, []int{429, 429, 429, 429}, 503},
+		{redisstore.FailLocal, []int{200, 200, 200, 429}, 200},
+	} {
+		t.Run(c.policy.String(), func(t *testing.T) {
+			t.Parallel()
+			redis := redistest.StartServer(t)
+			redis.Kill() // its port, with nothing listening yet
+			var logs logBuffer
+			addr := serveRedis(t, redis.Addr(), c.policy, 3, slog.New(slog.NewJSONHandler(&logs, nil)), nil)
+			for i, want := range c.want {
+				if got, codes := jsonCheck(t, addr, []int{-1}, "down"); got != want {
+					t.Fatalf("%v, Redis down at start, call %d: %d %v, want %d", c.policy, i, got, codes, want)
+				}
+			}
+			if got, body := httpDo(t, "GET", "http://"+addr+"/readyz", ""); got != c.ready {
+				t.Fatalf("%v, Redis down: /readyz %d %q, want %d", c.policy, got, body, c.ready)
+			}
+
+			redis.Start()
+			deadline := time.Now().Add(5 * time.Second)
+			for n := 0; ; n++ { // a fresh key each time, until Redis holds one
+				jsonCheck(t, addr, []int{-1}, fmt.Sprintf("probe-%d", n))
+				if out, _ := redis.CLI("DBSIZE"); strings.TrimSpace(out) != "0" {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%v: no decision reached Redis 5 s after it appeared; log:\n%s", c.policy, logs.String())
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			for i, want := range []int{200, 200, 200, 429} {
+				if got, codes := jsonCheck(t, addr, []int{-1}, "back"); got != want {
+					t.Fatalf("%v, Redis back, call %d: %d %v, want %d (a quota of 3 from Redis)", c.policy, i, got, codes, want)
+				}
+			}
+			out, err := redis.CLI("--scan", "--pattern", "*back*")
+			if err != nil || len(strings.Fields(out)) != 1 {
+				t.Fatalf("SCAN: %q, %v; want the key of api_key=back", out, err)
+			}
+			if ttl, _ := redis.CLI("PTTL", strings.TrimSpace(out)); strings.HasPrefix(ttl, "-") {
+				t.Fatalf("key %s: PTTL %s, want a TTL", out, ttl)
+			}
+			if got, body := httpDo(t, "GET", "http://"+addr+"/readyz", ""); got != 200 {
+				t.Fatalf("%v, Redis back: /readyz %d %q, want 200", c.policy, got, body)
+			}
+			for _, msg := range []string{"redis unreachable", "redis back", "redis breaker opened", "redis breaker closed"} {
+				if n := logs.count(t, msg); n != 1 {
+					t.Errorf("%v: %d log lines %q, want 1 (one per state change); log:\n%s", c.policy, n, msg, logs.String())
+				}
+			}
+		})
+	}
+}
+
+// During an outage, a request holding a descriptor that spends nothing
+// (hits_addend 0) is answered by the policy, as a spending one is, rather
+// than failing whole.
+func TestCheckThatSpendsNothingObeysThePolicy(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		policy redisstore.Policy
+		status int
+		codes  []string // the spending descriptor's, the check's
+	}{
+		{redisstore.FailOpen, 200, []string{"OK", "OK"}},
+		{redisstore.FailClosed, 429, []string{"OVER_LIMIT", "OVER_LIMIT"}},
+		{redisstore.FailLocal, 200, []string{"OK", "OK"}},
+	} {
+		t.Run(c.policy.String(), func(t *testing.T) {
+			t.Parallel()
+			redis := redistest.StartServer(t)
+			addr := serveRedis(t, redis.Addr(), c.policy, 3, nil, nil)
+			if got, codes := jsonCheck(t, addr, []int{-1, 0}, "spend", "look"); got != 200 {
+				t.Fatalf("Redis up: %d %v", got, codes)
+			}
+			redis.Kill()
+			got, codes := jsonCheck(t, addr, []int{-1, 0}, "spend", "look")
+			if got != c.status || strings.Join(codes, " ") != strings.Join(c.codes, " ") {
+				t.Fatalf("%v, Redis down, a spending descriptor and a hits_addend 0 one: %d %v, want %d %v", c.policy, got, codes, c.status, c.codes)
+			}
+		})
+	}
+}
+
+// With KeyHMAC no descriptor value reaches a Redis key name; without it,
+// the value is there in clear (the control: the SCAN can see it).
+func TestKeyHMACHidesIdentity(t *testing.T) {
+	t.Parallel()
+	redis := redistest.StartServer(t)
+	for _, c := range []struct {
+		name    string
+		keyHMAC []byte
+		visible bool
+	}{
+		{"without", nil, true},
+		{"with", []byte("a secret of sixteen or more"), false},
+	} {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		marker := "MARKER-" + hex.EncodeToString(b[:])
+		addr := serveRedis(t, redis.Addr(), redisstore.FailOpen, 3, nil, c.keyHMAC)
+		for range 2 {
+			if got, codes := jsonCheck(t, addr, []int{-1}, marker); got != 200 {
+				t.Fatalf("%s KeyHMAC: %d %v", c.name, got, codes)
+			}
+		}
+		out, err := redis.CLI("--scan", "--pattern", "*"+marker+"*")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if visible := strings.TrimSpace(out) != ""; visible != c.visible {
+			t.Errorf("%s KeyHMAC: keys holding the marker: %q; want visible %v", c.name, out, c.visible)
+		}
+		if n, _ := redis.CLI("DBSIZE"); strings.TrimSpace(n) == "0" {
+			t.Errorf("%s KeyHMAC: nothing in Redis: the calls did not reach it", c.name)
+		}
+	}
+}
+
+// The key HMAC secret is read with the gateway's rules: a file, trimmed,
+// at least 16 characters.
+func TestReadKeyHMAC(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	if b, err := server.ReadKeyHMAC(write("good", "  sixteen-characters-long\n")); err != nil || string(b) != "sixteen-characters-long" {
+		t.Errorf("a good secret: %q, %v", b, err)
+	}
+	short := write("short", "too-short\n")
+	if _, err := server.ReadKeyHMAC(short); err == nil || !strings.Contains(err.Error(), "at least 16") || strings.Contains(err.Error(), "too-short") {
+		t.Errorf("a short secret: %v; want a refusal that names the rule, not the secret", err)
+	}
+	if _, err := server.ReadKeyHMAC(filepath.Join(dir, "missing")); err == nil {
+		t.Error("a missing file: no error")
+	}
+	if _, err := server.New(server.Options{Load: server.EnvoyLoader(dir), KeyHMAC: []byte("sixteen-characters-long")}); err == nil || !strings.Contains(err.Error(), "Redis") {
+		t.Errorf("KeyHMAC without Redis: %v; want a refusal", err)
+	}
+}
