@@ -20,8 +20,8 @@ help:
 	@echo "make bench         benchmarks against x/time/rate and go-limiter, COUNT runs, benchstat in $(OUT)/"
 	@echo "make bench-memory  the memory figures: heap per key at 1e6 keys, 1e7 keys under MaxKeys 1e6"
 	@echo "make bench-redis   decisions/s on Redis against redis_rate and redis-benchmark's ceiling"
-	@echo "make bench-http    the HTTP middleware against go-chi/httprate and go-limiter's httplimit"
-	@echo "make bench-gateway sluice gateway against a plain httputil.ReverseProxy, with wrk (ROUNDS, DURATION)"
+	@echo "make bench-http    the HTTP middleware against go-chi/httprate and go-limiter's httplimit (BASE=REV: against REV's, benchstat)"
+	@echo "make bench-gateway sluice gateway against a plain httputil.ReverseProxy, with wrk (ROUNDS, DURATION; BASE=REV: REV's gateway in the same rounds)"
 	@echo "make bench-rls     sluice serve (memory, Redis) against envoyproxy/ratelimit, gubernator and a do-nothing RLS server (ROUNDS, DURATION)"
 	@echo "make bench-pace    the client pacer's cost per call against x/time/rate's Limiter.Wait"
 	@echo "make sim           the client against sluice's own middleware, 5×L offered, on a simulated clock: the figures of docs/BENCHMARKS.md"
@@ -85,12 +85,16 @@ bench-redis:
 
 bench-http:
 	mkdir -p $(OUT)
+ifdef BASE
+	BASE=$(BASE) COUNT=$(COUNT) BENCHTIME=$(BENCHTIME) bench/http-base.sh
+else
 	cd bench && $(GO) test -run '^$$' -bench 'Middleware' -benchtime $(BENCHTIME) -count $(COUNT) . | tee ../$(OUT)/http.txt
 	$(TOOL) benchstat -col /impl $(OUT)/http.txt | tee $(OUT)/http.benchstat
+endif
 
 bench-gateway:
 	mkdir -p $(OUT)
-	bench/gateway.sh | tee $(OUT)/gateway.txt
+	BASE=$(BASE) bench/gateway.sh | tee $(OUT)/gateway.txt
 
 bench-rls:
 	bench/rls.sh
