@@ -412,7 +412,9 @@ func (s *Server) httpHandler() http.Handler {
 			return
 		}
 		if err := s.redisReady(r.Context()); err != nil {
-			http.Error(w, "not ready: Redis is unreachable and a limit fails closed: "+err.Error(), http.StatusServiceUnavailable)
+			// The cause (an address, a dial error) is in the log, not
+			// in an answer anyone who reaches this listener can read.
+			http.Error(w, "not ready: Redis is unreachable and a limit fails closed", http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = io.WriteString(w, "ready "+s.Version()+"\n")
