@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -250,13 +251,22 @@ func (m *Metrics) TenantsHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Cache-Control", "no-store")
 		w.Header().Set("Content-Type", "application/json")
+		refuse := func(msg string) {
+			w.WriteHeader(http.StatusBadRequest)
+			_ = json.NewEncoder(w).Encode(map[string]string{"error": fmt.Sprintf("%s: give ?n= once, a whole number from 1 to %d (tenants in each ranking; default %d)", msg, MaxTopTenants, DefaultTopTenants)})
+		}
 		n := DefaultTopTenants
-		if q := r.URL.Query(); q.Has("n") {
-			v := q.Get("n")
-			var err error
-			if n, err = strconv.Atoi(v); err != nil || n < 1 || n > MaxTopTenants || len(q["n"]) > 1 {
-				w.WriteHeader(http.StatusBadRequest)
-				_ = json.NewEncoder(w).Encode(map[string]string{"error": fmt.Sprintf("n %q: give one whole number from 1 to %d (tenants in each ranking; default %d)", v, MaxTopTenants, DefaultTopTenants)})
+		q, err := url.ParseQuery(r.URL.RawQuery)
+		if err != nil { // r.URL.Query would drop the bad pair ("n=1;x") and answer the default
+			refuse(fmt.Sprintf("the query string: %v", err))
+			return
+		}
+		if vs := q["n"]; len(vs) > 1 {
+			refuse(fmt.Sprintf("n given %d times", len(vs)))
+			return
+		} else if len(vs) == 1 {
+			if n, err = strconv.Atoi(vs[0]); err != nil || n < 1 || n > MaxTopTenants {
+				refuse(fmt.Sprintf("n %q", vs[0]))
 				return
 			}
 		}

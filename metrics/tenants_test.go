@@ -67,7 +67,7 @@ func TestTenantsHandler(t *testing.T) {
 		n     int // tenants in each ranking
 	}{
 		{"", 200, 20}, {"?n=1", 200, 1}, {"?n=25", 200, 25}, {"?n=1000", 200, 30},
-		{"?n=0", 400, 0}, {"?n=1001", 400, 0}, {"?n=-1", 400, 0}, {"?n=abc", 400, 0}, {"?n=", 400, 0}, {"?n=2.5", 400, 0}, {"?n=1&n=2", 400, 0},
+		{"?n=0", 400, 0}, {"?n=1001", 400, 0}, {"?n=-1", 400, 0}, {"?n=abc", 400, 0}, {"?n=", 400, 0}, {"?n=2.5", 400, 0}, {"?n=1&n=2", 400, 0}, {"?n=1;x", 400, 0}, {"?x=%zz&n=3", 400, 0},
 	} {
 		code, ct, body := fetch(t, "GET", srv.URL+"/admin/tenants"+c.query)
 		if code != c.code || ct != "application/json" {
