@@ -30,7 +30,7 @@ func TestAdminAuth(t *testing.T) {
 	const (
 		offBody  = `{"error":"admin endpoints are off: no admin token is configured (set admin.token_file)"}` + "\n"
 		authBody = `{"error":"unauthorized: send Authorization: Bearer and the admin token"}` + "\n"
-		nBody    = `{"error":"n \"0\": give one whole number from 1 to 1000 (tenants in each ranking; default 20)"}` + "\n"
+		nBody    = `{"error":"n \"0\": give ?n= once, a whole number from 1 to 1000 (tenants in each ranking; default 20)"}` + "\n"
 	)
 	for _, c := range []struct {
 		admin, path, auth string
