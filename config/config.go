@@ -41,7 +41,7 @@
 //	request:                        # how the gateway normalises a request before the rules see it
 //	  escaped_slashes: reject       # %2F, %5C or \ in the path: reject (400) or unescape (a separator)
 //	  path_parameters: keep         # ";" in a segment: keep (data), strip (as Java servlets do) or reject (400)
-//	  headers_with_underscores: allow # a header named with "_": allow, drop or reject (400)
+//	  headers_with_underscores: allow # a header named with "_" or another byte outside A-Za-z0-9-: allow, drop or reject (400)
 //	limits:
 //	  - name: per-ip
 //	    algorithm: token_bucket     # gcra, fixed_window, sliding_log, sliding_window, leaky_bucket, concurrency
@@ -256,10 +256,16 @@ type Request struct {
 	// servlet containers do ("/api;x/y" is "/api/y"); reject answers 400.
 	PathParameters string `yaml:"path_parameters"`
 	// HeadersWithUnderscores is what a request header whose name holds
-	// "_" does: allow (the default), drop (removed before the rules and the
-	// upstream see the request) or reject (400). Whatever it says, the
-	// underscore spelling of a key header (X_User for X-User, which CGI and
-	// WSGI upstreams read as the same HTTP_X_USER) is always dropped.
+	// "_", or any other byte outside A-Za-z0-9- ("X.Tenant", "X~Tenant"),
+	// does: allow (the default), drop (removed before the rules and the
+	// upstream see the request) or reject (400). It covers every such
+	// byte, not only "_", because lighttpd's CGI, FastCGI and SCGI read
+	// each of them as a dash (HTTP_X_TENANT), as WSGI and nginx's FastCGI
+	// read "_"; drop is what nginx does by default (ignore_invalid_headers,
+	// underscores_in_headers off). Whatever it says, another spelling of a
+	// key header or of a forwarding header (X_User or X.User for X-User,
+	// X_Forwarded_For for X-Forwarded-For: the same HTTP_X_USER to those
+	// upstreams) is always dropped.
 	HeadersWithUnderscores string `yaml:"headers_with_underscores"`
 }
 
@@ -301,10 +307,16 @@ func (f *File) validateRequest() error {
 	if r.HeadersWithUnderscores == Allow {
 		return nil
 	}
+	does := "would remove it from every request"
+	if r.HeadersWithUnderscores == Reject {
+		does = "would refuse every request that has it"
+	}
 	for i, rule := range f.Rules {
 		for j, q := range rule.Quotas {
-			if strings.Contains(q.Header, "_") {
-				return f.errAt([]any{"rules", i, "quotas", j, "header"}, "rule %q: header %q has an underscore, and request headers_with_underscores: %s would remove it from every request", rule.Name, q.Header, r.HeadersWithUnderscores)
+			if strings.ContainsFunc(q.Header, func(c rune) bool {
+				return c != '-' && !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9')
+			}) {
+				return f.errAt([]any{"rules", i, "quotas", j, "header"}, "rule %q: header %q has a byte outside A-Za-z0-9- (an underscore or other punctuation), and request headers_with_underscores: %s %s", rule.Name, q.Header, r.HeadersWithUnderscores, does)
 			}
 		}
 	}

@@ -27,7 +27,8 @@ func TestRequestSection(t *testing.T) {
 		{"{escaped_slashes: keep}", "X-User", `t.yaml:1: request escaped_slashes "keep": reject or unescape`},
 		{"{path_parameters: drop}", "X-User", `t.yaml:1: request path_parameters "drop": keep, strip or reject`},
 		{"{headers_with_underscores: strip}", "X-User", `t.yaml:1: request headers_with_underscores "strip": allow, drop or reject`},
-		{"{headers_with_underscores: drop}", "X_User", `t.yaml:3: rule "r": header "X_User" has an underscore, and request headers_with_underscores: drop would remove it from every request`},
+		{"{headers_with_underscores: drop}", "X_User", `t.yaml:3: rule "r": header "X_User" has a byte outside A-Za-z0-9- (an underscore or other punctuation), and request headers_with_underscores: drop would remove it from every request`},
+		{"{headers_with_underscores: reject}", "X.User", `t.yaml:3: rule "r": header "X.User" has a byte outside A-Za-z0-9- (an underscore or other punctuation), and request headers_with_underscores: reject would refuse every request that has it`},
 		{"{escaped_slash: reject}", "X-User", `field escaped_slash not found`},
 	} {
 		_, err := config.Parse("t.yaml", []byte("request: "+c.request+strings.Replace(requestRules, "%s", c.header, 1)))

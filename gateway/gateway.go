@@ -119,15 +119,18 @@ func New(opts Options) (*Gateway, error) {
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
 			// Keep the chain a trusted proxy forwarded (anyone else's is
-			// what the client chose to write) and add this hop.
+			// what the client chose to write) and add this hop. Other
+			// spellings of the forwarding headers (X_Forwarded_For), which
+			// the proxy would pass on, were dropped by guard.
 			if xff := pr.In.Header["X-Forwarded-For"]; len(xff) > 0 && ip.Trusted(pr.In) {
 				pr.Out.Header["X-Forwarded-For"] = xff
 			}
 			pr.SetXForwarded()
 		},
-		Transport:    upstreamTransport(upstreamWait(time.Duration(srv.WriteTimeout))),
-		ErrorHandler: g.proxyError(srv.MaxBodyBytes, refused),
-		ErrorLog:     slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
+		ModifyResponse: closeIfBodyUnread,
+		Transport:      upstreamTransport(upstreamWait(time.Duration(srv.WriteTimeout))),
+		ErrorHandler:   g.proxyError(srv.MaxBodyBytes, time.Duration(srv.WriteTimeout), refused),
+		ErrorLog:       slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
 	}
 	proxy := limitBody(srv.MaxBodyBytes, refused, rp)
 	public := guard(cfg, ip, refused, mw.Handler(proxy))
@@ -139,6 +142,9 @@ func New(opts Options) (*Gateway, error) {
 		IdleTimeout:       time.Duration(srv.IdleTimeout),
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
+		// OPTIONS * reaches guard, which refuses it as any target that
+		// is not a path (net/http would answer an empty 200 itself).
+		DisableGeneralOptionsHandler: true,
 	}
 	token, err := readSecret(cfg.Admin.TokenFile, "admin token_file")
 	if err != nil {

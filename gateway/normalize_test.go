@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"testing"
 
+	"github.com/sluicehq/sluice/clientip"
 	"github.com/sluicehq/sluice/config"
 )
 
@@ -139,5 +140,40 @@ func TestNormalizeRequestAllocs(t *testing.T) {
 		}
 	}); n != 0 {
 		t.Errorf("%v allocations per normal path, want 0", n)
+	}
+}
+
+// A request whose header holds only canonical names is left as it is by
+// the header policy, without allocating (the gateway's hot path), with
+// key headers and the forwarding headers protected.
+func TestHeaderPolicyAllocs(t *testing.T) {
+	cfg, err := config.Parse("t.yaml", []byte(`
+limits: [{name: l, quota: 1, window: 1m}]
+rules:
+  - {name: users, quotas: [{limit: l, key: principal, header: X-User}]}
+  - {name: keys, quotas: [{limit: l, key: header, header: X-Api-Key}]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ip, err := clientip.New(clientip.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHeaderPolicy(cfg, ip)
+	r, _ := http.NewRequest("GET", "http://gateway.test/api/v1/orders/42", nil)
+	r.RemoteAddr = "192.0.2.1:1234"
+	for _, name := range []string{"Accept", "User-Agent", "X-Api-Key", "X-Forwarded-For", "Content-Type", "Accept-Encoding"} {
+		r.Header.Set(name, "v")
+	}
+	if n := testing.AllocsPerRun(100, func() {
+		if bad := h.apply(r); bad != nil {
+			t.Fatal(bad.reason)
+		}
+	}); n != 0 {
+		t.Errorf("%v allocations per request, want 0", n)
+	}
+	if len(r.Header) != 6 {
+		t.Errorf("the policy dropped canonical headers: %v", r.Header)
 	}
 }

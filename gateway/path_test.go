@@ -231,3 +231,21 @@ func metricValue(t *testing.T, metrics, series string) int {
 	v, _ := strconv.Atoi(m[1])
 	return v
 }
+
+// OPTIONS * asks about the gateway, not a path the rules can match: it is
+// refused with 400 and a JSON reason and counted, as any other target
+// that is not a path (net/http's own answer, an empty 200, is off).
+func TestOptionsAsteriskIsRefused(t *testing.T) {
+	t.Parallel()
+	up := newMuxUpstream(t)
+	g, _ := start(t, apiRule, up.URL)
+	code, body := rawRequest(t, g.Addr(), "OPTIONS", "*")
+	var e struct{ Error, Reason string }
+	if got, _ := up.since(0); code != 400 || json.Unmarshal([]byte(body), &e) != nil || e.Error != "bad_request" || !strings.Contains(e.Reason, "OPTIONS *") || len(got) != 0 {
+		t.Errorf("OPTIONS *: %d %q, the upstream saw %v; want 400 {\"error\":\"bad_request\",\"reason\":…}", code, body, got)
+	}
+	_, m := get(t, "http://"+g.AdminAddr()+"/metrics")
+	if n := metricValue(t, m, `sluice_requests_refused_total{reason="asterisk_form"}`); n != 1 {
+		t.Errorf("OPTIONS * refusals counted %d, want 1", n)
+	}
+}
