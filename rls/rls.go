@@ -20,6 +20,18 @@
 //   - a descriptor in shadow_mode is reported OK even when over its limit
 //     (and counted as a shadow rejection);
 //   - overall_code is OVER_LIMIT when any descriptor is;
+//   - a descriptor whose hits exceed its limit's capacity can never fit:
+//     OVER_LIMIT, nothing spent, whatever the store's failure policy —
+//     also for hits no store represents (beyond about 4.5e9, say
+//     hits_addend 2^32−1 on the same descriptor twice), which are decided
+//     without asking the store; hits are never invalid input, so a huge
+//     one cannot fail the request (with Envoy's failure_mode_deny false a
+//     failed request is let through, every limit skipped);
+//   - a limit override (Envoy's per-descriptor limit) without a unit of
+//     time — no unit, UNKNOWN, a number that is no unit — is the client's
+//     mistake: INVALID_ARGUMENT, naming the descriptor, before anything is
+//     spent, as envoyproxy/ratelimit cannot enforce one either (its call
+//     fails); read as no limit, it would disable the configured one;
 //   - a limiter that fails returns an UNAVAILABLE error (Envoy's
 //     failure_mode_deny decides), after the store's own failure policy.
 //
@@ -49,6 +61,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/enforce"
+	"github.com/sluicehq/sluice/internal/units"
 	"github.com/sluicehq/sluice/ratelimitheader"
 	"github.com/sluicehq/sluice/rls/envoyconfig"
 )
@@ -85,7 +98,8 @@ type Matcher interface {
 	Match(domain string, entries []Entry) (*Rule, bool)
 	// Override returns the rule for a descriptor that carries its own
 	// limit (Envoy's per-route limit override), and false when domain is
-	// unknown.
+	// unknown. The service asks only with a unit of time (it refuses an
+	// override without one).
 	Override(domain string, entries []Entry, requestsPerUnit uint32, unit rlpb.RateLimitResponse_RateLimit_Unit) (*Rule, bool)
 }
 
@@ -296,8 +310,15 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlpb.RateLimitReques
 // rejections-count mode for several (descriptors are independent). Checks
 // of the same limit and key share a request, their costs added. It returns
 // the decisions by slot.
+//
+// A request whose cost no store can represent (beyond units.MaxAtoms, so
+// beyond every limit's capacity) can never fit: it is decided here, a
+// rejection with RetryAfter sluice.Never as a store answers any cost above
+// the capacity, and only the others are asked about. Hits are whole counts
+// a client may send as large as it likes; they are never invalid input.
 func (s *Service) decide(ctx context.Context, checks []check, single *sluice.Decision) ([]sluice.Decision, error) {
 	var reqs []sluice.Request
+	beyond := false
 	for i := range checks {
 		c := &checks[i]
 		if c.rule == nil || c.peek {
@@ -308,13 +329,18 @@ func (s *Service) decide(ctx context.Context, checks []check, single *sluice.Dec
 			if r.Key == c.key && r.Limit == c.limit {
 				c.slot = j
 				reqs[j].Cost += c.cost
+				beyond = beyond || !representable(reqs[j].Cost)
 				break
 			}
 		}
 		if c.slot < 0 {
 			c.slot = len(reqs)
 			reqs = append(reqs, sluice.Request{Key: c.key, Limit: c.limit, Cost: c.cost})
+			beyond = beyond || !representable(c.cost)
 		}
+	}
+	if beyond {
+		return s.decideBeyond(ctx, reqs)
 	}
 	var ds []sluice.Decision
 	var err error
@@ -326,15 +352,65 @@ func (s *Service) decide(ctx context.Context, checks []check, single *sluice.Dec
 		ds = make([]sluice.Decision, len(reqs))
 		_, err = s.limiter.AllowAll(ctx, reqs, sluice.RejectionsCount, ds)
 	}
+	if err := limiterError(ctx, err); err != nil {
+		return nil, err
+	}
+	return ds, nil
+}
+
+// decideBeyond is decide for requests some of whose costs no store can
+// represent: those are rejected, Never, and the others asked about as
+// decide asks. It returns the decisions by slot (never nil).
+func (s *Service) decideBeyond(ctx context.Context, reqs []sluice.Request) ([]sluice.Decision, error) {
+	ds := make([]sluice.Decision, len(reqs))
+	var ask []sluice.Request
+	var where []int // the slot of each of ask
+	for j, r := range reqs {
+		if !representable(r.Cost) {
+			ds[j] = sluice.Decision{Limit: r.Limit, RetryAfter: sluice.Never}
+			continue
+		}
+		ask, where = append(ask, r), append(where, j)
+	}
+	var err error
+	switch len(ask) {
+	case 0:
+	case 1:
+		ds[where[0]], err = s.limiter.Allow(ctx, ask[0].Key, ask[0].Limit, ask[0].Cost)
+	default:
+		out := make([]sluice.Decision, len(ask))
+		_, err = s.limiter.AllowAll(ctx, ask, sluice.RejectionsCount, out)
+		for k, j := range where {
+			ds[j] = out[k]
+		}
+	}
+	if err := limiterError(ctx, err); err != nil {
+		return nil, err
+	}
+	return ds, nil
+}
+
+// representable reports whether a store can take cost (a positive whole
+// number of hits): at most units.MaxAtoms millionths, about 4.5e9.
+func representable(cost float64) bool {
+	_, ok := units.FromCost(cost)
+	return ok
+}
+
+// limiterError is the answer to a limiter call that returned err: nil when
+// it decided (a cost that never fits is a decision, not a failure),
+// INVALID_ARGUMENT for a cost it cannot take, the caller's own end, or
+// UNAVAILABLE (Envoy's failure_mode_deny decides).
+func limiterError(ctx context.Context, err error) error {
 	switch {
 	case err == nil, errors.Is(err, sluice.ErrCostExceedsLimit):
-		return ds, nil
+		return nil
 	case errors.Is(err, sluice.ErrInvalidCost):
-		return nil, status.Errorf(codes.InvalidArgument, "rls: %v", err)
+		return status.Errorf(codes.InvalidArgument, "rls: %v", err)
 	case ctx.Err() != nil:
-		return nil, status.FromContextError(ctx.Err()).Err()
+		return status.FromContextError(ctx.Err()).Err()
 	}
-	return nil, status.Errorf(codes.Unavailable, "rls: the limiter failed: %v", err)
+	return status.Errorf(codes.Unavailable, "rls: the limiter failed: %v", err)
 }
 
 func (s *Service) validate(req *rlpb.RateLimitRequest) error {
@@ -360,6 +436,12 @@ func (s *Service) validate(req *rlpb.RateLimitRequest) error {
 		}
 		if d.GetIsNegativeHits() {
 			return status.Errorf(codes.InvalidArgument, "rls: descriptor %d: is_negative_hits is not supported (sluice gives capacity back with Release, for concurrency limits)", i)
+		}
+		if o := d.GetLimit(); o != nil && envoyconfig.Unit(o.GetUnit()).Duration() == 0 {
+			// The client's mistake (envoyproxy/ratelimit's call fails on
+			// one too); taken as no limit, it would disable the configured
+			// one.
+			return status.Errorf(codes.InvalidArgument, "rls: descriptor %d: a limit override needs a unit of time (SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR), not unit %v", i, o.GetUnit())
 		}
 	}
 	return nil

@@ -25,6 +25,7 @@ import (
 	"github.com/sluicehq/sluice/limittest"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/rls"
+	"github.com/sluicehq/sluice/rls/envoyconfig"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -96,6 +97,12 @@ func (r *recorder) Observe(e enforce.Event) {
 
 func newFixture(t *testing.T, limiter sluice.Limiter, headers bool) *fixture {
 	t.Helper()
+	return newFixtureOf(t, limiter, headers, rules)
+}
+
+// newFixtureOf is newFixture with the configuration matcher.
+func newFixtureOf(t *testing.T, limiter sluice.Limiter, headers bool, matcher rls.Matcher) *fixture {
+	t.Helper()
 	f := &fixture{clock: limittest.NewClock(limittest.Epoch), obs: &recorder{}}
 	if limiter == nil {
 		ms, err := memstore.New(memstore.Options{Now: f.clock.Now})
@@ -106,7 +113,6 @@ func newFixture(t *testing.T, limiter sluice.Limiter, headers bool) *fixture {
 		limiter = ms
 	}
 	var m atomic.Pointer[rls.Matcher]
-	var matcher rls.Matcher = rules
 	m.Store(&matcher)
 	svc, err := rls.New(rls.Options{Limiter: limiter, Config: &m, Observer: f.obs, Headers: headers, MaxDescriptors: 8})
 	if err != nil {
@@ -360,5 +366,140 @@ func TestLimiterFails(t *testing.T) {
 	_, err := f.client.ShouldRateLimit(context.Background(), &rlpb.RateLimitRequest{Domain: "edge", Descriptors: []*commonrl.RateLimitDescriptor{desc("api_key", "k")}})
 	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "garbage reply") {
 		t.Fatalf("%v", err)
+	}
+}
+
+// envoyMatcher is the Matcher of a configuration in envoyproxy/ratelimit's
+// format.
+func envoyMatcher(t *testing.T, yaml string) rls.Matcher {
+	t.Helper()
+	d, err := envoyconfig.Parse("test.yaml", []byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := envoyconfig.New(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rls.FromEnvoyConfig(c)
+}
+
+// A cost no store can represent (above about 4.5e9 — more than any limit's
+// capacity) can never fit: its descriptor is OVER_LIMIT, as any cost above
+// the capacity is, and the request's other descriptors are decided as
+// usual. It does not fail the request (with Envoy's failure_mode_deny
+// false, a failed request is let through with every limit skipped).
+func TestCostBeyondAnyCapacity(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil, true)
+	// The same descriptor twice is decided once for the sum of its hits:
+	// 2 × (2^32−1), beyond what a store represents.
+	resp := f.ask(t, math.MaxUint32, desc("api_key", "dup1"), desc("api_key", "dup1"))
+	for i, st := range resp.Statuses {
+		if st.Code != rlpb.RateLimitResponse_OVER_LIMIT || st.CurrentLimit.GetName() != "per_key" || st.LimitRemaining != 0 {
+			t.Errorf("duplicated descriptor %d, hits 2^32-1: %v", i, st)
+		}
+	}
+	if resp.OverallCode != rlpb.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("duplicated descriptors, hits 2^32-1: %v", resp)
+	}
+	// A descriptor's own hits_addend of 5e9 next to another descriptor:
+	// the other one is decided, and spends.
+	huge := desc("api_key", "huge")
+	huge.HitsAddend = wrapperspb.UInt64(5e9)
+	resp = f.ask(t, 0, huge, desc("tenant", "acme"))
+	if resp.OverallCode != rlpb.RateLimitResponse_OVER_LIMIT || resp.Statuses[0].Code != rlpb.RateLimitResponse_OVER_LIMIT ||
+		resp.Statuses[1].Code != rlpb.RateLimitResponse_OK || resp.Statuses[1].CurrentLimit.GetName() != "per_tenant" || resp.Statuses[1].LimitRemaining != 0 {
+		t.Fatalf("hits_addend 5e9 beside a tenant: %v", resp)
+	}
+	if resp := f.ask(t, 0, desc("tenant", "acme")); resp.OverallCode != rlpb.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("the tenant beside the huge cost did not spend: %v", resp)
+	}
+	// The largest hits_addend there is, alone (one limiter call).
+	huge.HitsAddend = wrapperspb.UInt64(math.MaxUint64)
+	resp = f.ask(t, 0, huge)
+	if resp.OverallCode != rlpb.RateLimitResponse_OVER_LIMIT || resp.Statuses[0].Code != rlpb.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("hits_addend 2^64-1: %v", resp)
+	}
+	var fields []string
+	for _, h := range resp.ResponseHeadersToAdd {
+		fields = append(fields, h.Key+": "+h.Value)
+	}
+	if strings.Join(fields, "\n") != "RateLimit-Policy: \"edge.per_key\";q=3;w=60\nRateLimit: \"edge.per_key\";r=0" {
+		t.Fatalf("fields of a cost that never fits (no t=): %q", fields)
+	}
+	// The refused descriptors spent nothing.
+	for _, k := range []string{"dup1", "huge"} {
+		if resp := f.ask(t, 0, desc("api_key", k)); resp.OverallCode != rlpb.RateLimitResponse_OK || resp.Statuses[0].LimitRemaining != 2 {
+			t.Fatalf("api_key %s after its refused costs: %v", k, resp)
+		}
+	}
+	var rejected int
+	for _, e := range *f.obs.events.Load() {
+		if e.Rule == "edge.per_key" && e.Outcome == enforce.Rejected {
+			rejected++
+		}
+	}
+	if rejected != 4 {
+		t.Fatalf("%d rejections of edge.per_key observed, want 4", rejected)
+	}
+}
+
+// A cost that can never fit is refused whatever the store could say, so
+// under every failure policy: the limiter is not asked about it.
+func TestCostBeyondAnyCapacityStoreDown(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, failing{}, false)
+	huge := desc("api_key", "k")
+	huge.HitsAddend = wrapperspb.UInt64(1 << 40)
+	resp, err := f.client.ShouldRateLimit(context.Background(), &rlpb.RateLimitRequest{Domain: "edge", Descriptors: []*commonrl.RateLimitDescriptor{huge}})
+	if err != nil || resp.OverallCode != rlpb.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("a cost beyond any capacity, the store failing: %v, %v", resp, err)
+	}
+	// Beside a descriptor the store must decide, the store's failure is
+	// the answer (UNAVAILABLE: Envoy's failure_mode_deny decides).
+	_, err = f.client.ShouldRateLimit(context.Background(), &rlpb.RateLimitRequest{Domain: "edge", Descriptors: []*commonrl.RateLimitDescriptor{huge, desc("tenant", "t")}})
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("beside a descriptor the failing store decides: %v", err)
+	}
+}
+
+// A limit override Envoy would never send — no unit, UNKNOWN, a number
+// that is no unit — is the client's bug: INVALID_ARGUMENT saying which
+// descriptor and why, before anything is spent. It never disables the
+// configured limit (it used to answer OK with no limit, uncounted).
+func TestBadLimitOverride(t *testing.T) {
+	t.Parallel()
+	f := newFixtureOf(t, nil, false, envoyMatcher(t, "domain: edge\ndescriptors:\n  - key: api_key\n    rate_limit: {unit: minute, requests_per_unit: 3}\n"))
+	for _, c := range []struct {
+		name string
+		o    *commonrl.RateLimitDescriptor_RateLimitOverride
+		want string
+	}{
+		{"no unit", &commonrl.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1}, "unit UNKNOWN"},
+		{"UNKNOWN", &commonrl.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_UNKNOWN}, "unit UNKNOWN"},
+		{"99", &commonrl.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: 99}, "unit 99"},
+	} {
+		bad := desc("api_key", "o")
+		bad.Limit = c.o
+		for range 5 {
+			_, err := f.client.ShouldRateLimit(context.Background(), &rlpb.RateLimitRequest{Domain: "edge", Descriptors: []*commonrl.RateLimitDescriptor{desc("api_key", "other"), bad}})
+			if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "descriptor 1: a limit override needs a unit of time") || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("override with %s: %v; want INVALID_ARGUMENT naming descriptor 1 and %q", c.name, err, c.want)
+			}
+		}
+	}
+	// Nothing was spent on the request's good descriptor.
+	if resp := f.ask(t, 0, desc("api_key", "other")); resp.Statuses[0].LimitRemaining != 2 {
+		t.Fatalf("the refused requests spent: %v", resp)
+	}
+	// A valid override still replaces the configured limit.
+	good := desc("api_key", "o")
+	good.Limit = &commonrl.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_HOUR}
+	if resp := f.ask(t, 0, good); resp.OverallCode != rlpb.RateLimitResponse_OK || resp.Statuses[0].CurrentLimit.GetUnit() != rlpb.RateLimitResponse_RateLimit_HOUR {
+		t.Fatalf("a valid override: %v", resp)
+	}
+	if resp := f.ask(t, 0, good); resp.OverallCode != rlpb.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("a valid override, twice: %v", resp)
 	}
 }

@@ -136,7 +136,9 @@ func (c *Config) Match(domain string, entries []Entry) (*Rule, bool) {
 // request's entries (an empty value adds no "_"), neither shadow mode nor
 // name nor replaces, a fixed window. It returns false for an unknown domain,
 // and for a unit without a length (UnitUnknown or no unit), which envoy's
-// ratelimit cannot enforce either.
+// ratelimit cannot enforce either (its call fails); package rls refuses
+// such a request INVALID_ARGUMENT before it asks, so that a bad override
+// never stands for no limit.
 func (c *Config) Override(domain string, entries []Entry, requestsPerUnit uint32, unit Unit) (*Rule, bool) {
 	if c.domains[domain] == nil || unit.Duration() == 0 {
 		return nil, false
