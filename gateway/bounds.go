@@ -115,7 +115,9 @@ func (b *clientBody) stop(w http.ResponseWriter) {
 	if b.eof {
 		return
 	}
-	_ = http.NewResponseController(w).SetReadDeadline(time.Unix(1, 0)) // unsupported (not an HTTP/1 server): nothing to stop
+	if err := http.NewResponseController(w).SetReadDeadline(time.Unix(1, 0)); err != nil {
+		return // not an HTTP/1 connection: nothing to interrupt, and a Read still running is not waited for
+	}
 	for b.reading > 0 {
 		b.idle.Wait()
 	}
