@@ -29,7 +29,7 @@ const slack = time.Second
 
 // serve runs a decision service with the options (listeners and
 // configuration filled in) until the end of the test.
-func serve(t *testing.T, opts server.Options) *server.Server {
+func serve(t testing.TB, opts server.Options) *server.Server {
 	t.Helper()
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "edge.yaml"), []byte(config(100)), 0o600); err != nil {

@@ -122,6 +122,23 @@ type Options struct {
 	// (at least 1 s) and 20 s. A client may ping every
 	// MinClientPingInterval at most, calls in flight or not.
 	GRPCPingInterval, GRPCPingTimeout time.Duration
+	// GRPCMaxStreams caps the calls in flight on one gRPC connection,
+	// announced in its HTTP/2 SETTINGS (SETTINGS_MAX_CONCURRENT_STREAMS),
+	// which clients keep to (grpc-go waits for a free stream, Envoy opens
+	// another connection); a stream past it is refused with RST_STREAM
+	// REFUSED_STREAM, safe to retry. At most 2^31-1. Default
+	// DefaultGRPCMaxStreams (1024; grpc-go's own default is no bound).
+	GRPCMaxStreams int
+	// GRPCCallTimeout bounds a gRPC call's life: a unary call (every RLS
+	// call) ends with DEADLINE_EXCEEDED this long after its HEADERS if it
+	// has not answered, whether its request message never arrived or the
+	// client's deadline (grpc-timeout) is longer; a shorter client deadline
+	// applies as it is. A streaming call (the health service's Watch) is
+	// bounded only until its request message arrives. Default
+	// DefaultGRPCCallTimeout (10 s, as the HTTP listener's read and write
+	// timeouts; an RLS call takes milliseconds, and Envoy's rate limit
+	// filter gives up after 20 ms by default).
+	GRPCCallTimeout time.Duration
 	// MaxConnections caps the connections each listener (gRPC, HTTP,
 	// admin) holds at once; more wait in the kernel's listen backlog until
 	// one closes (the HTTP listeners' timeouts and GRPCIdleTimeout free
@@ -199,7 +216,7 @@ func New(opts Options) (*Server, error) {
 	if s.svc, err = rls.New(rls.Options{Limiter: limiter, Config: &s.matcher, Observer: s.metrics, Headers: opts.ResponseHeaders, MaxDescriptors: opts.MaxDescriptors}); err != nil {
 		return nil, err
 	}
-	bounds, err := opts.grpcBounds()
+	bounds, calls, err := opts.grpcBounds()
 	if err != nil {
 		return nil, err
 	}
@@ -207,6 +224,7 @@ func New(opts Options) (*Server, error) {
 	s.svc.Register(s.grpc)
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, s.health)
+	calls.setMethods(s.grpc.GetServiceInfo())
 	s.http = &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
 		WriteTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 16 << 10,
 		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"os/signal"
 	"syscall"
@@ -27,6 +28,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	maxDesc := fs.Int("max-descriptors", 0, "descriptors per request at most (default 64)")
 	grpcIdle := fs.Duration("grpc-idle-timeout", server.DefaultGRPCIdleTimeout, "close a gRPC connection with no call in flight for this long (a GOAWAY: the client reconnects on its next call)")
 	maxConns := fs.Int("max-connections", server.DefaultMaxConnections, "connections each listener holds at once; more wait in the listen backlog")
+	maxStreams := fs.Int("grpc-max-streams", server.DefaultGRPCMaxStreams, "gRPC calls in flight on one connection at most (announced as HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS); a stream past it is refused (REFUSED_STREAM, safe to retry)")
+	callTimeout := fs.Duration("grpc-call-timeout", server.DefaultGRPCCallTimeout, "end a gRPC call with DEADLINE_EXCEEDED this long after it starts if it has not answered (a request message that never comes, or a longer client deadline); a streaming call (health Watch) only until its first message")
 	headers := fs.Bool("response-headers", false, "ask Envoy to add RateLimit-Policy and RateLimit (draft-11) to responses (off by default, as envoyproxy/ratelimit)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: sluice serve --config FILE|DIR [flags]\n\nThe decision service: Envoy's rate limit service (RLS v3) over gRPC, a drop-in for\nenvoyproxy/ratelimit that reads its configuration files unchanged, and the same decisions\nas JSON over HTTP. Reloads on SIGHUP and when the files change; logs JSON to stderr;\ndrains and stops on SIGINT or SIGTERM.\n\nFlags:")
@@ -41,6 +44,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	if *maxConns < 1 || *grpcIdle <= 0 {
 		fmt.Fprintf(stderr, "sluice serve: --max-connections %d, --grpc-idle-timeout %v: both must be positive (a bound cannot be switched off)\n", *maxConns, *grpcIdle)
+		return exitUsage
+	}
+	if *maxStreams < 1 || *maxStreams > math.MaxInt32 || *callTimeout <= 0 {
+		fmt.Fprintf(stderr, "sluice serve: --grpc-max-streams %d, --grpc-call-timeout %v: the streams must be between 1 and %d (HTTP/2's largest), the timeout positive (a bound cannot be switched off)\n", *maxStreams, *callTimeout, math.MaxInt32)
 		return exitUsage
 	}
 	policy, ok := server.ParsePolicy(*failure)
@@ -73,7 +80,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		Load: server.EnvoyLoader(*path), Watch: []string{*path},
 		HTTPAddr: *httpAddr, GRPCAddr: *grpcAddr, AdminAddr: *adminAddr,
 		Redis: *redis, RedisPolicy: policy, KeyHMAC: keyHMAC, AdminToken: token, MaxDescriptors: *maxDesc, ResponseHeaders: *headers, Logger: log,
-		GRPCIdleTimeout: *grpcIdle, MaxConnections: *maxConns,
+		GRPCIdleTimeout: *grpcIdle, MaxConnections: *maxConns, GRPCMaxStreams: *maxStreams, GRPCCallTimeout: *callTimeout,
 	})
 	if err != nil {
 		fmt.Fprintln(stderr, "sluice serve:", err)
