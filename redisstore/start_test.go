@@ -1,57 +1,15 @@
 package redisstore_test
 
 import (
-	"bytes"
-	"encoding/json"
-	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/logtest"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/redisstore"
 )
-
-// logBuffer captures JSON log lines, safe for concurrent use.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// msgs are the logged messages, in order.
-func (b *logBuffer) msgs(t *testing.T) []string {
-	t.Helper()
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []string
-	for line := range strings.Lines(b.buf.String()) {
-		var rec struct{ Msg string }
-		if err := json.Unmarshal([]byte(line), &rec); err != nil {
-			t.Fatalf("log line %q: %v", line, err)
-		}
-		out = append(out, rec.Msg)
-	}
-	return out
-}
-
-// count is how many messages start with prefix.
-func count(msgs []string, prefix string) int {
-	n := 0
-	for _, m := range msgs {
-		if strings.HasPrefix(m, prefix) {
-			n++
-		}
-	}
-	return n
-}
 
 // A store on a Conn starts with Redis down: New succeeds, every decision
 // is its policy's, Check included; when Redis appears the store switches
@@ -66,12 +24,12 @@ func TestDialStartsWithoutRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	var logs logBuffer
+	var logs logtest.Buffer
 	open := sluice.Limit{Name: "start-open", Quota: 3, Window: time.Hour}
 	closed := sluice.Limit{Name: "start-closed", Quota: 3, Window: time.Hour}
 	local := sluice.Limit{Name: "start-local", Quota: 3, Window: time.Hour}
 	s := newStore(t, redisstore.Options{
-		Client: conn, Logger: slog.New(slog.NewJSONHandler(&logs, nil)), BreakerCooldown: 50 * time.Millisecond,
+		Client: conn, Logger: logs.Logger(), BreakerCooldown: 50 * time.Millisecond,
 		Policies: map[string]redisstore.Policy{"start-closed": redisstore.FailClosed, "start-local": redisstore.FailLocal},
 	})
 	if conn.Connected() {
@@ -123,12 +81,12 @@ func TestDialStartsWithoutRedis(t *testing.T) {
 		t.Fatalf("Stats = %+v; want Redis reachable and the breaker closed", st)
 	}
 
-	msgs := logs.msgs(t)
+	msgs := logs.Messages(t)
 	for _, c := range []struct {
 		prefix string
 		want   int
 	}{{"redis unreachable", 1}, {"redis back", 1}, {"redis breaker opened", 1}, {"redis breaker closed", 1}} {
-		if got := count(msgs, c.prefix); got != c.want {
+		if got := logs.Count(t, c.prefix); got != c.want {
 			t.Errorf("%d log lines %q, want %d; the log: %q", got, c.prefix, c.want, msgs)
 		}
 	}

@@ -1,7 +1,6 @@
 package server_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -11,50 +10,14 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/logtest"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/redisstore"
 	"github.com/sluicehq/sluice/server"
 )
-
-// logBuffer captures JSON log lines, safe for concurrent use.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// count is how many logged messages start with prefix.
-func (b *logBuffer) count(t *testing.T, prefix string) int {
-	t.Helper()
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	n := 0
-	for line := range strings.Lines(b.buf.String()) {
-		var rec struct{ Msg string }
-		if err := json.Unmarshal([]byte(line), &rec); err != nil {
-			t.Fatalf("log line %q: %v", line, err)
-		}
-		if strings.HasPrefix(rec.Msg, prefix) {
-			n++
-		}
-	}
-	return n
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // serveRedis starts a server on the Redis at addr with the api_key limit
 // of quota a minute, and returns its HTTP address.
@@ -127,8 +90,8 @@ func TestStartWithoutRedis(t *testing.T) {
 			t.Parallel()
 			redis := redistest.StartServer(t)
 			redis.Kill() // its port, with nothing listening yet
-			var logs logBuffer
-			addr := serveRedis(t, redis.Addr(), c.policy, 3, slog.New(slog.NewJSONHandler(&logs, nil)), nil)
+			var logs logtest.Buffer
+			addr := serveRedis(t, redis.Addr(), c.policy, 3, logs.Logger(), nil)
 			for i, want := range c.want {
 				if got, codes := jsonCheck(t, addr, []int{-1}, "down"); got != want {
 					t.Fatalf("%v, Redis down at start, call %d: %d %v, want %d", c.policy, i, got, codes, want)
@@ -166,7 +129,7 @@ func TestStartWithoutRedis(t *testing.T) {
 				t.Fatalf("%v, Redis back: /readyz %d %q, want 200", c.policy, got, body)
 			}
 			for _, msg := range []string{"redis unreachable", "redis back", "redis breaker opened", "redis breaker closed"} {
-				if n := logs.count(t, msg); n != 1 {
+				if n := logs.Count(t, msg); n != 1 {
 					t.Errorf("%v: %d log lines %q, want 1 (one per state change); log:\n%s", c.policy, n, msg, logs.String())
 				}
 			}

@@ -11,32 +11,14 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+
+	"github.com/sluicehq/sluice/internal/logtest"
 )
-
-// lockedBuffer is a bytes.Buffer that serve's logger writes while the
-// test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // --grpc-max-streams and --grpc-call-timeout reach the gRPC listener: its
 // SETTINGS announce the streams, and a call whose message never comes
@@ -49,7 +31,7 @@ func TestServeGRPCCallBounds(t *testing.T) {
 	}
 	const timeout = 300 * time.Millisecond
 	ctx, cancel := context.WithCancel(context.Background())
-	var stderr lockedBuffer
+	var stderr logtest.Buffer
 	exit := make(chan int, 1)
 	go func() {
 		exit <- Main(ctx, []string{"serve", "--config", dir, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0",
