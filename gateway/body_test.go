@@ -48,13 +48,7 @@ func TestMalformedBodyIsRefused(t *testing.T) {
 			t.Errorf("body %q: the gateway answered %q (closed %v), want 400 {\"error\":\"bad_request\",\"reason\":\"…malformed…\"}", body, got, closed)
 		}
 	}
-	r, err := http.Get("http://" + g.AdminAddr() + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, _ := io.ReadAll(r.Body)
-	r.Body.Close()
-	if series := `sluice_requests_refused_total{reason="bad_body"} 5`; !strings.Contains(string(m), series+"\n") {
+	if series := `sluice_requests_refused_total{reason="bad_body"} 5`; !strings.Contains(scrape(t, g), series+"\n") {
 		t.Errorf("the malformed bodies are not counted as refused: no %s in /metrics", series)
 	}
 	if level, ok := log.find("request body malformed"); !ok || level != slog.LevelDebug {

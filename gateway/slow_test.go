@@ -406,15 +406,24 @@ func TestBodyOverTheMaximum(t *testing.T) {
 	if code, body := post(io.MultiReader(bytes.NewReader(make([]byte, maxBody))), -1); code != 200 || body != fmt.Sprint(maxBody) {
 		t.Errorf("a chunked body of the bound: %d %s, want 200 %d", code, body, maxBody)
 	}
+	if series := `sluice_requests_refused_total{reason="body_too_large"} 2`; !strings.Contains(scrape(t, g), series+"\n") {
+		t.Errorf("the two 413s are not counted as refused: no %s in /metrics", series)
+	}
+}
+
+// scrape is the gateway's /metrics.
+func scrape(t *testing.T, g *Gateway) string {
+	t.Helper()
 	r, err := http.Get("http://" + g.AdminAddr() + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, _ := io.ReadAll(r.Body)
-	r.Body.Close()
-	if series := `sluice_requests_refused_total{reason="body_too_large"} 2`; !strings.Contains(string(m), series+"\n") {
-		t.Errorf("the two 413s are not counted as refused: no %s in /metrics", series)
+	defer r.Body.Close()
+	m, err := io.ReadAll(r.Body)
+	if err != nil {
+		t.Fatal(err)
 	}
+	return string(m)
 }
 
 // records is a slog.Handler that keeps what is logged.
