@@ -1,9 +1,12 @@
 package ratelimitheader
 
 import (
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice"
 )
 
 // The fields a server writes on every response: one limit, or three with
@@ -87,5 +90,42 @@ func BenchmarkParseLimits(b *testing.B) {
 		if _, err := ParseLimits(v); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// A middleware's fast path: the RateLimit value of one or three limits
+// from their decisions, into a buffer with room (LimitField), against
+// LimitOf and FormatLimits.
+func BenchmarkLimitField(b *testing.B) {
+	names := []string{"per-ip", "per-user", "daily"}
+	ds := []sluice.Decision{
+		{Allowed: true, Remaining: 9, ResetAfter: 800 * time.Millisecond},
+		{Allowed: true, Remaining: 41, ResetAfter: 12300 * time.Millisecond},
+		{Allowed: true, Remaining: 9_880, ResetAfter: 13 * time.Hour},
+	}
+	for _, n := range []int{1, 3} {
+		f, err := NewLimitField(names[:n])
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(fmt.Sprintf("limits=%d/impl=append", n), func(b *testing.B) {
+			b.ReportAllocs()
+			var buf [128]byte
+			for b.Loop() {
+				f.Append(buf[:0], ds[:n])
+			}
+		})
+		b.Run(fmt.Sprintf("limits=%d/impl=format", n), func(b *testing.B) {
+			b.ReportAllocs()
+			ls := make([]Limit, n)
+			for b.Loop() {
+				for i := range n {
+					ls[i] = LimitOf(names[i], ds[i])
+				}
+				if _, err := FormatLimits(ls); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -35,7 +35,13 @@
 // Every duration on the wire is a whole number of seconds. Formatting
 // rounds up (the ceiling): a reset 1 ms away is written as 1, never as 0,
 // so a client that waits the written time never comes back early.
-// Retry-After is at least 1. Counts are int64; a negative Remaining is
+// Retry-After is at least 1. A server reports a sluice.Decision with
+// LimitOf and ResetOf, which every transport of sluice uses: t is when the
+// key is full again, or, for a rejection, the wait Retry-After says (so
+// Retry-After is never earlier than a rejecting limit's t), and absent for
+// a cost that can never fit. AppendLimits and AppendPolicies write into a
+// caller's buffer; LimitField writes the RateLimit field of a fixed list
+// of policies (a middleware's rule) without allocating. Counts are int64; a negative Remaining is
 // written as 0, and an integer above RFC 9651's largest (999,999,999,999,999)
 // is clamped to it for Remaining and refused for Quota. Names and units
 // must be printable ASCII (a Structured Field String); anything else is

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/ratelimitheader"
 )
 
@@ -101,4 +102,23 @@ func ExampleParseLegacy() {
 	fmt.Println(l.Limit, l.Remaining, l.Reset, ok)
 	// Output:
 	// 5000 4999 1h0m0s true
+}
+
+// A middleware's RateLimit field: the names checked once, each response's
+// value appended from its decisions.
+func ExampleLimitField() {
+	field, err := ratelimitheader.NewLimitField([]string{"per-ip", "daily"})
+	if err != nil {
+		panic(err) // a bad name: a bug in the server's configuration
+	}
+	ds := []sluice.Decision{
+		{RetryAfter: 1500 * time.Millisecond, ResetAfter: time.Minute}, // rejected: fits again in 1.5 s
+		{Allowed: true, Remaining: 9_880.5, ResetAfter: 13 * time.Hour},
+	}
+	var buf [128]byte
+	fmt.Printf("RateLimit: %s\n", field.Append(buf[:0], ds))
+	fmt.Println("Retry-After:", ratelimitheader.FormatRetryAfter(ds[0].RetryAfter))
+	// Output:
+	// RateLimit: "per-ip";r=0;t=2, "daily";r=9880;t=46800
+	// Retry-After: 2
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"strconv"
+	"time"
 )
 
 // FormatPolicies returns the value of a RateLimit-Policy field (draft -11)
@@ -24,11 +25,22 @@ func FormatPolicies(ps []Policy) (string, error) {
 		return "", nil
 	}
 	var stack [192]byte
-	buf := stack[:0]
+	buf, err := AppendPolicies(stack[:0], ps)
+	if err != nil {
+		return "", err
+	}
+	return string(buf), nil
+}
+
+// AppendPolicies appends the value FormatPolicies returns for ps to dst and
+// returns the extended buffer; on an error (FormatPolicies' errors) it
+// returns dst as it was. It allocates only to grow dst.
+func AppendPolicies(dst []byte, ps []Policy) ([]byte, error) {
+	buf := dst
 	for i := range ps {
 		p := &ps[i]
 		if err := checkPolicy(ps, i); err != nil {
-			return "", err
+			return dst, err
 		}
 		if i > 0 {
 			buf = append(buf, ", "...)
@@ -46,7 +58,7 @@ func FormatPolicies(ps []Policy) (string, error) {
 		}
 		buf = appendKey(buf, p.PartitionKey)
 	}
-	return string(buf), nil
+	return buf, nil
 }
 
 // FormatLimits returns the value of a RateLimit field (draft -11) listing
@@ -68,25 +80,45 @@ func FormatLimits(ls []Limit) (string, error) {
 		return "", nil
 	}
 	var stack [128]byte
-	buf := stack[:0]
+	buf, err := AppendLimits(stack[:0], ls)
+	if err != nil {
+		return "", err
+	}
+	return string(buf), nil
+}
+
+// AppendLimits appends the value FormatLimits returns for ls to dst and
+// returns the extended buffer; on an error (FormatLimits' errors) it
+// returns dst as it was. It allocates only to grow dst. (LimitField writes
+// the same bytes for a fixed list of names, checked once.)
+func AppendLimits(dst []byte, ls []Limit) ([]byte, error) {
+	buf := dst
 	for i := range ls {
 		l := &ls[i]
 		if err := checkLimit(ls, i); err != nil {
-			return "", err
+			return dst, err
 		}
 		if i > 0 {
 			buf = append(buf, ", "...)
 		}
 		buf = appendString(buf, l.Name)
-		buf = append(buf, ";r="...)
-		buf = strconv.AppendInt(buf, clampRemaining(l.Remaining), 10)
-		if l.Reset >= 0 {
-			buf = append(buf, ";t="...)
-			buf = strconv.AppendInt(buf, ceilSeconds(l.Reset), 10)
-		}
+		buf = appendAvailable(buf, l.Remaining, l.Reset)
 		buf = appendKey(buf, l.PartitionKey)
 	}
-	return string(buf), nil
+	return buf, nil
+}
+
+// appendAvailable appends a RateLimit member's r and, unless reset is
+// negative, its t: ";r=" remaining clamped, ";t=" reset in whole seconds
+// rounded up. Every RateLimit member is written by it.
+func appendAvailable(buf []byte, remaining int64, reset time.Duration) []byte {
+	buf = append(buf, ";r="...)
+	buf = strconv.AppendInt(buf, clampRemaining(remaining), 10)
+	if reset >= 0 {
+		buf = append(buf, ";t="...)
+		buf = strconv.AppendInt(buf, ceilSeconds(reset), 10)
+	}
+	return buf
 }
 
 // checkPolicy reports what is wrong with ps[i] (given ps[:i]), if anything.

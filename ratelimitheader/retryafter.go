@@ -14,10 +14,7 @@ import (
 // zero included) and "2" for 1.001 s. A client that waits the written time
 // never comes back early.
 func FormatRetryAfter(d time.Duration) string {
-	if d <= time.Second {
-		return "1"
-	}
-	return strconv.FormatInt(ceilSeconds(d), 10)
+	return strconv.FormatInt(retrySeconds(d), 10)
 }
 
 // ParseRetryAfter parses a Retry-After value received at now into how long
