@@ -82,7 +82,6 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/enforce"
 	"github.com/sluicehq/sluice/httplimit"
 )
 
@@ -627,7 +626,7 @@ func (f *File) httpRule(r Rule) httplimit.Rule {
 		rule.Mode = sluice.RejectionsCount
 	}
 	if r.OnError == FailClosed {
-		rule.OnError = enforce.FailClosed
+		rule.OnError = sluice.FailClosed
 	}
 	for _, q := range r.Quotas {
 		quota := httplimit.Quota{Limit: f.Limit(q.Limit), Cost: q.Cost}

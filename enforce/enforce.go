@@ -1,7 +1,17 @@
-// Package enforce holds what the enforcement middleware of every transport
-// (httplimit for HTTP, grpclimit for gRPC) shares: the outcome of a
-// request's rule, the policy on a limiter that fails, and the Observer that
-// metrics and the heaviest-tenants view listen through.
+// Package enforce is the core that the enforcement middleware of every
+// transport (httplimit for HTTP, grpclimit for gRPC) decides with: a rule
+// compiled once (its limits, static costs, mode, failure policy and shadow
+// flag, checked; its RateLimit-Policy field formatted), the keys a client
+// is counted under (built the same way by every transport, so that one
+// limit counts a client once across HTTP and gRPC), one decision per
+// request classified into an Outcome, the concurrency slots given back when
+// a request does not run or has finished, and the Observer that metrics
+// and the heaviest-tenants view listen through.
+//
+// A transport reads its request (headers, metadata, peer), fills a Request
+// with the key and cost of each of the rule's quotas, calls
+// CompiledRule.Decide, and writes what the Verdict says (a 429 and its
+// fields, RESOURCE_EXHAUSTED and its metadata); the rest is here.
 package enforce
 
 import (
@@ -22,7 +32,8 @@ const (
 	// the request went through and only this outcome records it.
 	ShadowRejected
 	// Failed: the limiter returned an error (not a rejection); the rule's
-	// OnError policy let the request through or refused it.
+	// OnError policy (sluice.FailOpen or sluice.FailClosed) let the request
+	// through or refused it.
 	Failed
 	// Invalid: the request's cost could not be taken (negative, not a
 	// number, finer than a limit's resolution, a malformed declaration):
@@ -51,28 +62,6 @@ func (o Outcome) String() string {
 
 // Outcomes lists every Outcome, for metrics that pre-create their series.
 var Outcomes = []Outcome{Allowed, Rejected, ShadowRejected, Failed, Invalid}
-
-// OnError is what a rule does when its limiter fails with an error — a
-// reply it cannot read, a caller's context ended — rather than a decision.
-// (A store's own outage policy, redisstore.Policy, answers first: only what
-// it returns as an error reaches OnError.)
-type OnError uint8
-
-const (
-	// FailOpen lets the request through (the default: availability first).
-	FailOpen OnError = iota
-	// FailClosed refuses it: 503 Service Unavailable over HTTP,
-	// UNAVAILABLE over gRPC, with a retry hint of one second.
-	FailClosed
-)
-
-// String returns "fail_open" or "fail_closed".
-func (p OnError) String() string {
-	if p == FailClosed {
-		return "fail_closed"
-	}
-	return "fail_open"
-}
 
 // Event is one decision, as an Observer hears it.
 type Event struct {

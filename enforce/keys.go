@@ -5,11 +5,34 @@ import (
 	"encoding/hex"
 	"hash/maphash"
 	"net/netip"
+	"net/textproto"
 )
 
 // Keys are built the same way by every transport, so that a limit shared
 // by an HTTP and a gRPC server counts a client once: the kind first (so
-// kinds never share a state), then the identity, bounded.
+// kinds never share a state), then the identity, bounded. These strings
+// are stored keys: changing one restarts every client's state.
+const (
+	// GlobalKey is the one key of a limit on the whole service.
+	GlobalKey = "global"
+	// IPPrefix starts the key of a client's address or address prefix
+	// (PutIPKey).
+	IPPrefix = "ip:"
+	// PrincipalPrefix starts the key of an authenticated identity
+	// (BoundedKey(PrincipalPrefix, principal)).
+	PrincipalPrefix = "p:"
+	// MethodPrefix starts the key of a gRPC method's full name.
+	MethodPrefix = "m:"
+)
+
+// HeaderPrefix starts the keys of the values of the HTTP header or gRPC
+// metadata key name: "h:", name in canonical form
+// (textproto.CanonicalMIMEHeaderKey: "X-Api-Key" for "x-api-key") and ":",
+// so that an API key sent in a header and in metadata of the same name is
+// one key.
+func HeaderPrefix(name string) string {
+	return "h:" + textproto.CanonicalMIMEHeaderKey(name) + ":"
+}
 
 // MaxRawKey bounds the part of a key taken from a request as it is: a
 // longer header value, metadata value or principal is replaced by its
@@ -27,13 +50,13 @@ func BoundedKey(prefix, v string) string {
 }
 
 // IPKeyLen is the length of an IP key.
-const IPKeyLen = 3 + 16 + 1
+const IPKeyLen = len(IPPrefix) + 16 + 1
 
 // PutIPKey writes the key of a client prefix into b: "ip:", the prefix's
 // 16 address bytes (an IPv4 address mapped) and its length in bits —
 // binary, no text, one key for every address of the prefix.
 func PutIPKey(b *[IPKeyLen]byte, p netip.Prefix) {
-	copy(b[:], "ip:")
+	copy(b[:], IPPrefix)
 	a := p.Addr().As16()
 	copy(b[3:], a[:])
 	b[19] = byte(p.Bits())

@@ -26,9 +26,9 @@
 // ratelimit-policy and ratelimit too, in the format of
 // draft-ietf-httpapi-ratelimit-headers-11 (package ratelimitheader); rules in
 // shadow mode send neither. When the limiter fails and the rule is
-// enforce.FailClosed, the call ends UNAVAILABLE, "rate limiter unavailable",
+// sluice.FailClosed, the call ends UNAVAILABLE, "rate limiter unavailable",
 // with a RetryInfo of one second; a concurrency slot the failing limiter
-// reported taking is given back at once (under enforce.FailOpen, when the
+// reported taking is given back at once (under sluice.FailOpen, when the
 // handler returns). A cost declared in metadata that is not a positive
 // decimal number ends the call INVALID_ARGUMENT, before the limiter is
 // asked; a cost the limiter refuses ends it INVALID_ARGUMENT too,
@@ -127,7 +127,7 @@ func (in *Interceptor) Unary() grpc.UnaryServerInterceptor {
 		if err := in.admit(ctx, info.FullMethod, nil, &c); err != nil {
 			return nil, err
 		}
-		if c.held {
+		if c.verdict.Held {
 			defer in.release(ctx, &c)
 		}
 		return handler(ctx, req)
@@ -145,32 +145,26 @@ func (in *Interceptor) Stream() grpc.StreamServerInterceptor {
 		if err := in.admit(ctx, info.FullMethod, ss, &c); err != nil {
 			return err
 		}
-		if c.held {
+		if c.verdict.Held {
 			defer in.release(ctx, &c)
 		}
 		return handler(srv, ss)
 	}
 }
 
-// maxQuotas bounds the quotas of a rule, so that a call's bookkeeping fits
-// on the stack.
-const maxQuotas = 8
-
 // call is one call's decision in the making: its rule, the key and cost of
-// each of the rule's quotas, and the decisions.
+// each of the rule's quotas, and the decisions it runs with.
 type call struct {
-	rule  *compiledRule
-	keys  [maxQuotas]string
-	costs [maxQuotas]float64
-	one   [1]sluice.Decision
-	ds    []sluice.Decision
-	held  bool // some decision holds concurrency slots
+	enforce.Request
+	rule    *compiledRule
+	verdict enforce.Verdict // the call runs with its decisions
 }
 
-// admit decides a call of method. A nil error lets it through (c.held says
-// whether it must be released after the handler); otherwise the error is
-// the status the call ends with. The rate-limit fields are set as header
-// metadata on ss, or with grpc.SetHeader when ss is nil (a unary call).
+// admit decides a call of method. A nil error lets it through
+// (c.verdict.Held says whether it must be released after the handler);
+// otherwise the error is the status the call ends with. The rate-limit
+// fields are set as header metadata on ss, or with grpc.SetHeader when ss
+// is nil (a unary call).
 func (in *Interceptor) admit(ctx context.Context, method string, ss grpc.ServerStream, c *call) error {
 	if !in.match(ctx, method, c) {
 		return nil
@@ -186,74 +180,38 @@ func (in *Interceptor) admit(ctx context.Context, method string, ss grpc.ServerS
 	if in.observer != nil {
 		start = time.Now()
 	}
-	// One call to the limiter: Allow for a single quota (its decision stays
-	// in c), AllowAll for several.
-	var err error
-	if len(rule.quotas) == 1 {
-		c.one[0], err = in.limiter.Allow(ctx, c.keys[0], rule.quotas[0].Limit, c.costs[0])
-		c.ds = c.one[:]
-	} else {
-		c.ds, err = in.decideAll(ctx, c)
-	}
-	outcome := enforce.Allowed
-	var combined sluice.Decision
-	never := errors.Is(err, sluice.ErrCostExceedsLimit)
-	switch {
-	case errors.Is(err, sluice.ErrInvalidCost): // finer than a limit's resolution, say
-		outcome = enforce.Invalid
-	case err != nil && !never:
-		outcome = enforce.Failed
-	default:
-		combined = sluice.Combine(c.ds)
-		never = never || combined.RetryAfter == sluice.Never
-		if !combined.Allowed || never {
-			outcome = enforce.Rejected
-			if rule.Shadow {
-				outcome = enforce.ShadowRejected
-			}
-		}
-	}
+	rule.core.Decide(ctx, in.limiter, &c.Request, &c.verdict)
+	v := &c.verdict
 	if in.observer != nil {
-		in.observe(ctx, method, c, outcome, time.Since(start), err)
+		in.observe(ctx, method, c, v.Outcome, time.Since(start), v.Err)
 	}
-	switch outcome {
+	switch v.Outcome {
 	case enforce.Invalid:
-		in.release(ctx, c) // the call does not run: it holds nothing
-		return invalidCost(err)
+		return invalidCost(v.Err)
 	case enforce.Failed:
-		if rule.OnError == enforce.FailClosed {
-			in.release(ctx, c) // the call does not run: it holds nothing
+		if !v.Serve { // fail_closed
 			return unavailable()
 		}
 		// fail_open: the call runs, holding whatever slot the failed
 		// limiter reported taking, released when its handler returns.
 	case enforce.Rejected:
-		// The call does not run, so it holds nothing. (memstore and
-		// redisstore never charge a concurrency limit for a rejected call,
-		// even under RejectionsCount, but the Limiter contract does not
-		// promise it: a ticket reported here is given back now rather than
-		// held for the limit's window.)
-		in.release(ctx, c)
-		setHeader(ctx, ss, rule.fields(c.ds))
-		return rejection(combined.RetryAfter, never)
+		setHeader(ctx, ss, rule.fields(v.Decisions()))
+		return rejection(v.Combined().RetryAfter, v.Never)
 	case enforce.Allowed:
 		if !rule.Shadow {
-			setHeader(ctx, ss, rule.fields(c.ds))
+			setHeader(ctx, ss, rule.fields(v.Decisions()))
 			// A leaky bucket (nginx's burst without nodelay) admits a
 			// call to be served later: it waits its turn here.
-			if combined.Delay > 0 {
-				if err := in.wait(ctx, combined.Delay); err != nil {
-					in.release(ctx, c)
+			if v.Combined().Delay > 0 {
+				if err := in.wait(ctx, v.Combined().Delay); err != nil {
+					rule.core.Release(ctx, in.limiter, &c.Request, v.Decisions())
 					return err
 				}
 			}
 		}
 	}
 	// Allowed, rejected in shadow, or failed open: the call runs, holding
-	// what it took.
-	for i := range c.ds {
-		c.held = c.held || c.ds[i].Ticket != 0
-	}
+	// what it took (c.verdict.Held).
 	return nil
 }
 
@@ -281,12 +239,12 @@ rules:
 		if !rule.methods.match(method) {
 			continue
 		}
-		for j := range rule.quotas {
-			k, ok := in.keyOf(ctx, method, &rule.quotas[j])
+		for j := range rule.Quotas {
+			k, ok := in.keyOf(ctx, method, rule, j)
 			if !ok {
 				continue rules
 			}
-			c.keys[j] = k
+			c.Keys[j] = k
 		}
 		c.rule = rule
 		return true
@@ -298,12 +256,12 @@ rules:
 // declaration in metadata, CostFunc's result, or Cost. A malformed
 // declaration is an INVALID_ARGUMENT status.
 func (in *Interceptor) costs(ctx context.Context, method string, c *call) error {
-	for i := range c.rule.quotas {
-		q := &c.rule.quotas[i]
+	for i := range c.rule.Quotas {
+		q := &c.rule.Quotas[i]
 		cost := q.Cost
 		switch {
-		case q.costMD != "":
-			declared, ok, err := q.declaredCost(ctx)
+		case q.CostMetadata != "":
+			declared, ok, err := c.rule.declaredCost(ctx, i)
 			if err != nil {
 				return err
 			}
@@ -321,44 +279,26 @@ func (in *Interceptor) costs(ctx context.Context, method string, c *call) error 
 		if cost == 0 {
 			cost = 1
 		}
-		c.costs[i] = cost
+		c.Costs[i] = cost
 	}
 	return nil
 }
 
-// decideAll decides a rule of several quotas as one.
-func (in *Interceptor) decideAll(ctx context.Context, c *call) ([]sluice.Decision, error) {
-	rule := c.rule
-	var reqs [maxQuotas]sluice.Request
-	for i := range rule.quotas {
-		reqs[i] = sluice.Request{Key: c.keys[i], Limit: rule.quotas[i].Limit, Cost: c.costs[i]}
-	}
-	ds := make([]sluice.Decision, len(rule.quotas))
-	_, err := in.limiter.AllowAll(ctx, reqs[:len(rule.quotas)], rule.Mode, ds)
-	return ds, err
-}
-
-// release gives back the concurrency slots a call held, with a context
-// that outlives a client that went away: a slot not released is held until
-// its limit's window ends.
+// release gives back the concurrency slots a call held, once its handler
+// has returned (enforce.CompiledRule.Release).
 func (in *Interceptor) release(ctx context.Context, c *call) {
-	ctx = context.WithoutCancel(ctx)
-	for i := range c.ds {
-		if t := c.ds[i].Ticket; t != 0 {
-			_ = in.limiter.Release(ctx, c.keys[i], c.rule.quotas[i].Limit, t) // a failed release frees itself after the window
-		}
-	}
+	c.rule.core.Release(ctx, in.limiter, &c.Request, c.verdict.Decisions())
 }
 
 func (in *Interceptor) observe(ctx context.Context, method string, c *call, o enforce.Outcome, latency time.Duration, err error) {
-	e := enforce.Event{Rule: c.rule.Name, Outcome: o, Latency: latency, Cost: c.costs[0]}
+	e := enforce.Event{Rule: c.rule.Name, Outcome: o, Latency: latency, Cost: c.Costs[0]}
 	if o == enforce.Failed {
 		e.Err = err
 	}
 	if in.label != nil {
 		e.Tenant = in.label(ctx, method)
 	} else {
-		e.Tenant = enforce.Pseudonym(in.seed, c.rule.quotas[0].Key.Kind.String(), c.keys[0])
+		e.Tenant = enforce.Pseudonym(in.seed, c.rule.Quotas[0].Key.Kind.String(), c.Keys[0])
 	}
 	in.observer.Observe(e)
 }

@@ -1,6 +1,7 @@
 package grpclimit_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"io"
@@ -652,13 +653,18 @@ func TestObserver(t *testing.T) {
 }
 
 // failing is a Limiter whose every call fails: a store answering garbage
-// (fault injection, not a mock of a store's behaviour).
-type failing struct{ sluice.Limiter }
+// (fault injection, not a mock of a store's behaviour); with err set, it
+// answers d and err (a decision only its error qualifies).
+type failing struct {
+	sluice.Limiter
+	d   sluice.Decision
+	err error
+}
 
 var errGarbage = errors.New("store: unexpected reply")
 
-func (failing) Allow(context.Context, string, sluice.Limit, float64) (sluice.Decision, error) {
-	return sluice.Decision{}, errGarbage
+func (f failing) Allow(context.Context, string, sluice.Limit, float64) (sluice.Decision, error) {
+	return f.d, cmp.Or(f.err, errGarbage)
 }
 
 // A limiter that fails: the rule's OnError lets the call through, or
@@ -667,13 +673,13 @@ func (failing) Allow(context.Context, string, sluice.Limit, float64) (sluice.Dec
 func TestOnError(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
-		policy enforce.OnError
+		policy sluice.FailurePolicy
 		code   codes.Code
 		msg    string
 		retry  time.Duration
 	}{
-		{enforce.FailOpen, codes.OK, "", -1},
-		{enforce.FailClosed, codes.Unavailable, "rate limiter unavailable", time.Second},
+		{sluice.FailOpen, codes.OK, "", -1},
+		{sluice.FailClosed, codes.Unavailable, "rate limiter unavailable", time.Second},
 	} {
 		t.Run(c.policy.String(), func(t *testing.T) {
 			t.Parallel()
@@ -844,6 +850,7 @@ func TestNewRefusesBadOptions(t *testing.T) {
 		{"no quotas", rule(grpclimit.Rule{}), `rule "r": 0 quotas: a rule spends on 1 to 8 limits`},
 		{"bad mode", rule(grpclimit.Rule{Mode: 7, Quotas: []grpclimit.Quota{ok}}), "unknown mode 7"},
 		{"bad OnError", rule(grpclimit.Rule{OnError: 9, Quotas: []grpclimit.Quota{ok}}), "unknown OnError 9"},
+		{"fail_local", rule(grpclimit.Rule{OnError: sluice.FailLocal, Quotas: []grpclimit.Quota{ok}}), `rule "r": OnError fail_local: a middleware has no local fallback; use fail_open or fail_closed`},
 		{"same limit twice", rule(grpclimit.Rule{Quotas: []grpclimit.Quota{ok, ok}}), `limit "per-key" is used twice`},
 		{"no slash", methods("test.Echo/Say"), `method pattern "test.Echo/Say": must start with /`},
 		{"no method", methods("/test.Echo"), `method pattern "/test.Echo": must have exactly two slashes`},

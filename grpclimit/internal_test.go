@@ -121,3 +121,12 @@ func TestRetryDelayRounding(t *testing.T) {
 		}
 	}
 }
+
+func TestKeyKindString(t *testing.T) {
+	t.Parallel()
+	for k, want := range map[KeyKind]string{Global: "global", Metadata: "metadata", Method: "method", Peer: "peer", Principal: "principal", 42: "key_kind(42)"} {
+		if got := k.String(); got != want {
+			t.Errorf("%d: %q, want %q", k, got, want)
+		}
+	}
+}

@@ -19,26 +19,27 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/enforce"
-	"github.com/sluicehq/sluice/ratelimitheader"
 )
 
-// keyOf is the store key of q for a call of method, and false when the call
-// has none (the rule does not apply). Keys start with their kind, so that
-// kinds never share a state; they are built as httplimit builds its keys
-// (a peer as its IP key, a metadata value as its header key), so that a
-// limit shared by an HTTP and a gRPC server counts a client once.
-func (in *Interceptor) keyOf(ctx context.Context, method string, q *compiledQuota) (string, bool) {
-	switch q.Key.Kind {
+// keyOf is the store key of rule's quota j for a call of method, and false
+// when the call has none (the rule does not apply). Keys start with their
+// kind, so that kinds never share a state; they are built as httplimit
+// builds its keys (a peer as its IP key, a metadata value as its header
+// key), so that a limit shared by an HTTP and a gRPC server counts a
+// client once.
+func (in *Interceptor) keyOf(ctx context.Context, method string, rule *compiledRule, j int) (string, bool) {
+	prefix := rule.core.Quotas[j].KeyPrefix
+	switch rule.Quotas[j].Key.Kind {
 	case Global:
-		return q.prefix, true
+		return prefix, true
 	case Metadata:
-		v := metadata.ValueFromIncomingContext(ctx, q.md)
+		v := metadata.ValueFromIncomingContext(ctx, rule.quotas[j].md)
 		if len(v) == 0 || v[0] == "" {
 			return "", false
 		}
-		return enforce.BoundedKey(q.prefix, v[0]), true
+		return enforce.BoundedKey(prefix, v[0]), true
 	case Method:
-		return enforce.BoundedKey(q.prefix, method), true
+		return enforce.BoundedKey(prefix, method), true
 	case Peer:
 		p, ok := peer.FromContext(ctx)
 		if !ok {
@@ -50,7 +51,7 @@ func (in *Interceptor) keyOf(ctx context.Context, method string, q *compiledQuot
 		if !ok || p == "" {
 			return "", false
 		}
-		return enforce.BoundedKey(q.prefix, p), true
+		return enforce.BoundedKey(prefix, p), true
 	}
 	return "", false
 }
@@ -94,22 +95,23 @@ func peerKey(a net.Addr) (string, bool) {
 // maxCostLen bounds a declared cost: "4500000000.000000" is 17 bytes.
 const maxCostLen = 32
 
-// declaredCost is the cost the client declared in q's CostMetadata: false
-// when it declared none, an INVALID_ARGUMENT status when the declaration is
-// malformed or not a cost q's limit accepts.
-func (q *compiledQuota) declaredCost(ctx context.Context) (float64, bool, error) {
-	vs := metadata.ValueFromIncomingContext(ctx, q.costMD)
+// declaredCost is the cost the client declared in the CostMetadata of
+// quota i: false when it declared none, an INVALID_ARGUMENT status when the
+// declaration is malformed or not a cost the quota's limit accepts.
+func (r *compiledRule) declaredCost(ctx context.Context, i int) (float64, bool, error) {
+	md := r.quotas[i].costMD
+	vs := metadata.ValueFromIncomingContext(ctx, md)
 	if len(vs) == 0 {
 		return 0, false, nil
 	}
 	cost, ok := parseCost(vs)
 	if !ok {
-		return 0, false, status.Error(codes.InvalidArgument, "invalid cost: metadata "+strconv.Quote(q.costMD)+" must hold one positive decimal number, such as 1 or 2.5")
+		return 0, false, status.Error(codes.InvalidArgument, "invalid cost: metadata "+strconv.Quote(md)+" must hold one positive decimal number, such as 1 or 2.5")
 	}
-	if _, err := q.params.Cost(cost); err != nil {
+	if err := r.core.CheckCost(i, cost); err != nil {
 		// The error names the limit and the cost the client sent (a
 		// bounded number), never a key.
-		return 0, false, status.Error(codes.InvalidArgument, "invalid cost: metadata "+strconv.Quote(q.costMD)+": "+costReason(err))
+		return 0, false, status.Error(codes.InvalidArgument, "invalid cost: metadata "+strconv.Quote(md)+": "+costReason(err))
 	}
 	return cost, true, nil
 }
@@ -140,36 +142,18 @@ func parseCost(vs []string) (float64, bool) {
 }
 
 // fields is the rate-limit header metadata of a response about ds, the
-// decisions of the rule's quotas: ratelimit-policy and ratelimit. On a
-// rejection, a rejecting limit's t is when the call would fit (at least
-// 1 s; absent when it never will).
+// decisions of the rule's quotas: ratelimit-policy and ratelimit, as
+// httplimit writes RateLimit-Policy and RateLimit. On a rejection, a
+// rejecting limit's t is when the call would fit (at least 1 s; absent
+// when it never will: ratelimitheader.ResetOf).
 func (r *compiledRule) fields(ds []sluice.Decision) metadata.MD {
-	var stack [maxQuotas]ratelimitheader.Limit
-	ls := stack[:len(ds)]
-	for i := range ds {
-		d := &ds[i]
-		l := ratelimitheader.Limit{Name: r.quotas[i].Limit.Name, Remaining: int64(math.Floor(d.Remaining)), Reset: d.ResetAfter}
-		if !d.Allowed {
-			l.Reset = max(time.Second, d.RetryAfter)
-			if d.RetryAfter == sluice.Never {
-				l.Reset = ratelimitheader.NoReset
-			}
-		}
-		ls[i] = l
-	}
-	v, err := ratelimitheader.FormatLimits(ls)
-	if err != nil {
-		return nil // impossible: names were checked by New
-	}
-	return metadata.MD{"ratelimit-policy": {r.policyField}, "ratelimit": {v}}
+	var buf [128]byte
+	return metadata.MD{"ratelimit-policy": r.policyField[:1:1], "ratelimit": {string(r.core.AppendLimits(buf[:0], ds))}}
 }
 
 // setHeader sends md as response header metadata: on ss, or for a unary
 // call (ss nil) with grpc.SetHeader.
 func setHeader(ctx context.Context, ss grpc.ServerStream, md metadata.MD) {
-	if md == nil {
-		return
-	}
 	if ss != nil {
 		_ = ss.SetHeader(md) // fails only once headers are sent, which they are not before the handler
 		return
@@ -204,7 +188,7 @@ func retryDelay(d time.Duration) time.Duration {
 }
 
 // unavailable is the status of a call refused because the limiter failed
-// (enforce.FailClosed).
+// (sluice.FailClosed).
 func unavailable() error { return withRetry(codes.Unavailable, msgUnavailable, time.Second) }
 
 func withRetry(code codes.Code, msg string, delay time.Duration) error {

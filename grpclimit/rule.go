@@ -4,14 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/textproto"
 	"strconv"
 	"strings"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/enforce"
-	"github.com/sluicehq/sluice/internal/algo"
-	"github.com/sluicehq/sluice/ratelimitheader"
 )
 
 // Rule says which calls it applies to and what they spend. Rules are tried
@@ -20,26 +17,20 @@ import (
 // skipped for a call without one, and the next rule — say, by peer address
 // for anonymous clients — applies instead). A call no rule applies to is
 // not limited.
+//
+// A rule is decided as httplimit decides its own, by package enforce: see
+// enforce.Rule for Name (unique, for metrics), Quotas (1 to 8, of distinct
+// limit names, decided as one in order), Mode, Shadow and OnError. Over
+// gRPC, a rule in shadow mode sends no rate-limit metadata, and
+// sluice.FailClosed ends a call whose limiter failed UNAVAILABLE;
+// sluice.FailLocal is refused by New.
 type Rule struct {
-	// Name identifies the rule in metrics. Required, unique, at most 64
-	// bytes of printable ASCII.
-	Name string
-	// Match selects the calls; the zero Match selects all.
-	Match Match
-	// Quotas are the limits the call spends on, decided as one in this
-	// order (sluice.Limiter.AllowAll). At least one, at most 8; their limit
-	// names must be distinct.
-	Quotas []Quota
-	// Mode: all or nothing (the default) or rejections count.
-	Mode sluice.Mode
-	// Shadow decides and records, but never rejects: the call goes through
-	// without rate-limit metadata, and the would-be rejection is counted
-	// (enforce.ShadowRejected). For trying a rule on live traffic.
-	Shadow bool
-	// OnError is what the rule does when the limiter fails with an error
-	// (not a rejection; a store's outage policy answers before that).
-	// Default enforce.FailOpen.
-	OnError enforce.OnError
+	Name    string
+	Match   Match   // which calls; the zero Match selects all
+	Quotas  []Quota // what they spend on
+	Mode    sluice.Mode
+	Shadow  bool
+	OnError sluice.FailurePolicy // when the limiter fails with an error (a store's outage policy answers first)
 }
 
 // Match selects calls by their full method name.
@@ -103,21 +94,14 @@ const (
 	Principal
 )
 
+var keyKindNames = [...]string{Global: "global", Metadata: "metadata", Method: "method", Peer: "peer", Principal: "principal"}
+
 // String returns "global", "metadata", "method", "peer" or "principal".
 func (k KeyKind) String() string {
-	switch k {
-	case Global:
-		return "global"
-	case Metadata:
-		return "metadata"
-	case Method:
-		return "method"
-	case Peer:
-		return "peer"
-	case Principal:
-		return "principal"
+	if int(k) >= len(keyKindNames) {
+		return "key_kind(" + strconv.Itoa(int(k)) + ")"
 	}
-	return "key_kind(" + strconv.Itoa(int(k)) + ")"
+	return keyKindNames[k]
 }
 
 // Key says whose a spend is.
@@ -126,109 +110,88 @@ type Key struct {
 	Metadata string // for Metadata: the metadata key's name (any case)
 }
 
-// compiledRule is a Rule ready for calls.
+// compiledRule is a Rule ready for calls: the core every transport
+// decides with, and what selects gRPC calls and finds their keys and
+// costs.
 type compiledRule struct {
 	Rule
+	core    *enforce.CompiledRule
 	methods methodSet
-	quotas  []compiledQuota
-	// policyField is the ratelimit-policy value, fixed for the rule.
-	policyField string
+	quotas  []compiledQuota // by quota
+	// policyField is core.PolicyField as header metadata takes it: a
+	// one-element slice, shared by every call (gRPC copies what it is
+	// given).
+	policyField []string
 }
 
+// compiledQuota is where a quota's key and cost come from in metadata.
 type compiledQuota struct {
-	Quota
-	params *algo.Params
 	md     string // lower-case metadata key, for Metadata keys
 	costMD string // lower-case metadata key of CostMetadata
-	prefix string // what starts the key: the kind, so kinds never collide
 }
 
 // maxMetadataName bounds a metadata key.
 const maxMetadataName = 128
 
 func compileRule(r Rule, principal bool) (compiledRule, error) {
-	c := compiledRule{Rule: r}
-	if err := enforce.CheckRuleName(r.Name); err != nil {
+	c := compiledRule{Rule: r, quotas: make([]compiledQuota, len(r.Quotas))}
+	quotas := make([]enforce.Quota, len(r.Quotas))
+	for i, q := range r.Quotas {
+		quotas[i] = enforce.Quota{Limit: q.Limit, Cost: q.Cost}
+	}
+	core, err := enforce.Compile(enforce.Rule{Name: r.Name, Quotas: quotas, Mode: r.Mode, Shadow: r.Shadow, OnError: r.OnError,
+		CheckQuota: func(_ *enforce.CompiledRule, i int) (string, error) { return c.checkQuota(i, principal) }})
+	if err != nil {
 		return c, err
 	}
-	var err error
+	c.core, c.policyField = core, []string{core.PolicyField}
 	if c.methods, err = compileMethods(r.Match.Methods); err != nil {
-		return c, fmt.Errorf("rule %q: %w", r.Name, err)
-	}
-	if len(r.Quotas) == 0 || len(r.Quotas) > maxQuotas {
-		return c, fmt.Errorf("rule %q: %d quotas: a rule spends on 1 to %d limits", r.Name, len(r.Quotas), maxQuotas)
-	}
-	if r.Mode != sluice.AllOrNothing && r.Mode != sluice.RejectionsCount {
-		return c, fmt.Errorf("rule %q: unknown mode %d", r.Name, r.Mode)
-	}
-	if r.OnError > enforce.FailClosed {
-		return c, fmt.Errorf("rule %q: unknown OnError %d", r.Name, r.OnError)
-	}
-	var policies []ratelimitheader.Policy
-	for i, q := range r.Quotas {
-		cq, err := compileQuota(q, principal)
-		if err != nil {
-			return c, fmt.Errorf("rule %q, quota %d (%s): %w", r.Name, i, q.Limit.Name, err)
-		}
-		for _, o := range c.quotas {
-			if o.Limit.Name == q.Limit.Name {
-				return c, fmt.Errorf("rule %q: limit %q is used twice", r.Name, q.Limit.Name)
-			}
-		}
-		c.quotas = append(c.quotas, cq)
-		policies = append(policies, ratelimitheader.PolicyOf(q.Limit))
-	}
-	if c.policyField, err = ratelimitheader.FormatPolicies(policies); err != nil {
 		return c, fmt.Errorf("rule %q: %w", r.Name, err)
 	}
 	return c, nil
 }
 
-func compileQuota(q Quota, principal bool) (compiledQuota, error) {
-	c := compiledQuota{Quota: q}
-	p, err := enforce.CompileQuota(q.Limit, q.Cost)
-	if err != nil {
-		return c, err
-	}
-	c.params = p
+// checkQuota checks quota i's cost source and key, and returns its key's
+// prefix.
+func (c *compiledRule) checkQuota(i int, principal bool) (string, error) {
+	q, cq := &c.Quotas[i], &c.quotas[i]
+	var err error
 	if q.CostMetadata != "" {
 		if q.CostFunc != nil {
-			return c, errors.New("set at most one of CostMetadata and CostFunc")
+			return "", errors.New("set at most one of CostMetadata and CostFunc")
 		}
-		if c.costMD, err = metadataName(q.CostMetadata); err != nil {
-			return c, fmt.Errorf("CostMetadata: %w", err)
+		if cq.costMD, err = metadataName(q.CostMetadata); err != nil {
+			return "", fmt.Errorf("CostMetadata: %w", err)
 		}
-		if strings.HasSuffix(c.costMD, "-bin") {
-			return c, fmt.Errorf("CostMetadata %q: a cost is text, not a binary (-bin) key", q.CostMetadata)
+		if strings.HasSuffix(cq.costMD, "-bin") {
+			return "", fmt.Errorf("CostMetadata %q: a cost is text, not a binary (-bin) key", q.CostMetadata)
 		}
 	}
 	switch q.Key.Kind {
 	case Global:
-		c.prefix = "global"
+		return enforce.GlobalKey, nil
 	case Metadata:
 		if q.Key.Metadata == "" {
-			return c, errors.New("a metadata key needs Key.Metadata, the metadata key's name")
+			return "", errors.New("a metadata key needs Key.Metadata, the metadata key's name")
 		}
-		if c.md, err = metadataName(q.Key.Metadata); err != nil {
-			return c, fmt.Errorf("Key.Metadata: %w", err)
+		if cq.md, err = metadataName(q.Key.Metadata); err != nil {
+			return "", fmt.Errorf("Key.Metadata: %w", err)
 		}
 		// The key httplimit gives the same header: an API key spends one
 		// budget whether it calls over HTTP or gRPC (same limiter, same
 		// limit).
-		c.prefix = "h:" + textproto.CanonicalMIMEHeaderKey(c.md) + ":"
+		return enforce.HeaderPrefix(cq.md), nil
 	case Method:
-		c.prefix = "m:"
+		return enforce.MethodPrefix, nil
 	case Peer:
-		c.prefix = "ip:"
+		return enforce.IPPrefix, nil
 	case Principal:
 		if !principal {
-			return c, errors.New("a principal key needs Options.Principal")
+			return "", errors.New("a principal key needs Options.Principal")
 		}
-		c.prefix = "p:"
-	default:
-		return c, fmt.Errorf("unknown key kind %d", q.Key.Kind)
+		return enforce.PrincipalPrefix, nil
 	}
-	return c, nil
+	return "", fmt.Errorf("unknown key kind %d", q.Key.Kind)
 }
 
 // metadataName validates a metadata key's name and returns it in lower

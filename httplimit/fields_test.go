@@ -9,6 +9,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/enforce"
 	"github.com/sluicehq/sluice/ratelimitheader"
 )
 
@@ -17,7 +18,7 @@ import (
 func TestFastFieldsMatchFormatLimits(t *testing.T) {
 	t.Parallel()
 	rapid.Check(t, func(t *rapid.T) {
-		n := rapid.IntRange(1, maxQuotas).Draw(t, "n")
+		n := rapid.IntRange(1, enforce.MaxQuotas).Draw(t, "n")
 		var quotas []Quota
 		var ds []sluice.Decision
 		var ls []ratelimitheader.Limit
@@ -34,7 +35,7 @@ func TestFastFieldsMatchFormatLimits(t *testing.T) {
 				d.RetryAfter = sluice.Never
 			}
 			ds = append(ds, d)
-			ls = append(ls, ratelimitheader.Limit{Name: name, Remaining: remainingOf(&d), Reset: resetOf(&d)})
+			ls = append(ls, ratelimitheader.LimitOf(name, d))
 		}
 		c, err := compileRule(Rule{Name: "r", Quotas: quotas}, false, false)
 		if err != nil {
@@ -46,7 +47,8 @@ func TestFastFieldsMatchFormatLimits(t *testing.T) {
 		if rapid.Bool().Draw(t, "arena") {
 			a = new(arena)
 		}
-		m.setFields(h, &c, ds, sluice.Combine(ds), a)
+		combined := sluice.Combine(ds)
+		m.setFields(h, &c, ds, &combined, a)
 		want, err := ratelimitheader.FormatLimits(ls)
 		if err != nil {
 			t.Fatal(err)

@@ -131,16 +131,11 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(w, r, next) })
 }
 
-// maxQuotas bounds the quotas of a rule, so that a request's bookkeeping
-// fits on the stack.
-const maxQuotas = 8
-
-// request is one request's decision in the making: its rule, and the key
-// and cost of each of the rule's quotas.
+// request is one request's decision in the making: its rule, the key and
+// cost of each of the rule's quotas, and the strings it made.
 type request struct {
+	enforce.Request
 	rule  *compiledRule
-	keys  [maxQuotas]string
-	costs [maxQuotas]float64
 	arena *arena // made by the first key or field that needs one
 	ipKey string // the client's key, found once
 	// badCost: a CostFunc returned what cannot be a cost (negative, NaN,
@@ -166,73 +161,42 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	if m.observer != nil {
 		start = time.Now()
 	}
-	// One call to the limiter: Allow for a single quota (its decision stays
-	// on the stack), AllowAll for several.
-	var one [1]sluice.Decision
-	var ds []sluice.Decision
-	var err error
-	if len(rule.quotas) == 1 {
-		one[0], err = m.limiter.Allow(r.Context(), req.keys[0], rule.quotas[0].Limit, req.costs[0])
-		ds = one[:]
-	} else {
-		ds, err = m.decideAll(r.Context(), &req)
-	}
-	outcome := enforce.Allowed
-	var combined sluice.Decision
-	switch {
-	case errors.Is(err, sluice.ErrInvalidCost): // finer than a limit's resolution, say
-		outcome = enforce.Invalid
-	case err != nil && !errors.Is(err, sluice.ErrCostExceedsLimit):
-		outcome = enforce.Failed
-	default:
-		combined = ds[0]
-		if len(ds) > 1 {
-			combined = sluice.Combine(ds)
-		}
-		if !combined.Allowed {
-			outcome = enforce.Rejected
-			if rule.Shadow {
-				outcome = enforce.ShadowRejected
-			}
-		}
-	}
+	var v enforce.Verdict
+	rule.core.Decide(r.Context(), m.limiter, &req.Request, &v)
 	if m.observer != nil {
-		m.observe(r, &req, outcome, time.Since(start), err)
+		m.observe(r, &req, v.Outcome, time.Since(start), v.Err)
 	}
-	switch outcome {
+	switch v.Outcome {
 	case enforce.Invalid:
 		writeInvalidCost(w)
 		return
 	case enforce.Failed:
-		if rule.OnError == enforce.FailClosed {
-			m.release(r, &req, ds) // the request does not run: it holds nothing
+		if !v.Serve { // fail_closed
 			writeUnavailable(w)
 			return
 		}
 		// fail_open: the request runs, holding whatever slot the failed
 		// limiter reported taking, given back when the handler returns.
-		defer m.release(r, &req, ds)
+		if v.Held {
+			defer m.release(r, &req, v.Decisions())
+		}
 		next.ServeHTTP(w, r)
 		return
 	case enforce.Rejected:
-		// The request does not run, so it holds nothing. (memstore and
-		// redisstore never charge a concurrency limit for a rejected
-		// request, but the Limiter contract does not promise it.)
-		m.release(r, &req, ds)
-		m.setFields(w.Header(), rule, ds, combined, req.arena)
-		writeRejection(w, combined)
+		m.setFields(w.Header(), rule, v.Decisions(), v.Combined(), req.arena)
+		writeRejection(w, v.Combined(), v.Never)
 		return
 	}
 	if !rule.Shadow {
-		m.setFields(w.Header(), rule, ds, combined, req.arena)
+		m.setFields(w.Header(), rule, v.Decisions(), v.Combined(), req.arena)
 		// A leaky bucket (nginx's burst without nodelay) admits a request
 		// to be served later: it waits its turn here.
-		if combined.Delay > 0 && !m.wait(r, combined.Delay) {
-			m.release(r, &req, ds) // the client went away while waiting
+		if v.Combined().Delay > 0 && !m.wait(r, v.Combined().Delay) {
+			m.release(r, &req, v.Decisions()) // the client went away while waiting
 			return
 		}
 	}
-	m.serveAllowed(w, r, next, &req, ds)
+	m.serveAllowed(w, r, next, &req, &v)
 }
 
 // wait holds r for d, and false when its client went away first.
@@ -260,9 +224,9 @@ rules:
 		if !rule.methods.match(r.Method) || !rule.path.match(urlPath) {
 			continue
 		}
-		for j := range rule.quotas {
-			q := &rule.quotas[j]
-			k, ok := m.keyOf(r, q, req)
+		for j := range rule.Quotas {
+			q := &rule.Quotas[j]
+			k, ok := m.keyOf(r, rule, j, req)
 			if !ok {
 				continue rules
 			}
@@ -278,7 +242,7 @@ rules:
 			if cost == 0 {
 				cost = 1
 			}
-			req.keys[j], req.costs[j] = k, cost
+			req.Keys[j], req.Costs[j] = k, cost
 		}
 		req.rule = rule
 		return true
@@ -314,66 +278,36 @@ func cleanPath(p string) string {
 	return c
 }
 
-// decideAll decides a rule of several quotas as one.
-func (m *Middleware) decideAll(ctx context.Context, req *request) ([]sluice.Decision, error) {
-	rule := req.rule
-	reqs := make([]sluice.Request, len(rule.quotas))
-	for i := range rule.quotas {
-		reqs[i] = sluice.Request{Key: req.keys[i], Limit: rule.quotas[i].Limit, Cost: req.costs[i]}
-	}
-	ds := make([]sluice.Decision, len(reqs))
-	_, err := m.limiter.AllowAll(ctx, reqs, rule.Mode, ds)
-	return ds, err
-}
-
 // serveAllowed runs next, then charges what the response used and releases
 // the concurrency slots the request held. Both use a context that outlives
 // a client that went away: a slot not released is held until its window
 // ends.
-func (m *Middleware) serveAllowed(w http.ResponseWriter, r *http.Request, next http.Handler, req *request, ds []sluice.Decision) {
+func (m *Middleware) serveAllowed(w http.ResponseWriter, r *http.Request, next http.Handler, req *request, v *enforce.Verdict) {
 	rule := req.rule
-	held := false
-	for i := range ds {
-		held = held || ds[i].Ticket != 0
-	}
-	if !rule.charges && !held {
-		next.ServeHTTP(w, r)
-		return
-	}
-	ctx := context.WithoutCancel(r.Context())
-	if held {
-		defer m.release(r, req, ds) // also when the handler panics
+	if v.Held {
+		defer m.release(r, req, v.Decisions()) // also when the handler panics
 	}
 	if !rule.charges {
 		next.ServeHTTP(w, r)
 		return
 	}
+	ctx := context.WithoutCancel(r.Context())
 	rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
 	next.ServeHTTP(rec, r)
-	for i := range rule.quotas {
-		q := &rule.quotas[i]
+	for i := range rule.Quotas {
+		q := &rule.Quotas[i]
 		if q.Charge == nil {
 			continue
 		}
 		if cost := q.Charge(r, rec.status, w.Header()); cost > 0 {
-			_, _ = m.charger.Charge(ctx, req.keys[i], q.Limit, cost) // the response is sent: nothing to tell the client
+			_, _ = m.charger.Charge(ctx, req.Keys[i], q.Limit, cost) // the response is sent: nothing to tell the client
 		}
 	}
 }
 
-// release gives back the concurrency slots of ds, with a context that
-// outlives a client that went away: a slot not released is held until its
-// window ends.
+// release gives back the concurrency slots of ds (enforce.CompiledRule.Release).
 func (m *Middleware) release(r *http.Request, req *request, ds []sluice.Decision) {
-	var ctx context.Context
-	for i := range ds {
-		if t := ds[i].Ticket; t != 0 {
-			if ctx == nil {
-				ctx = context.WithoutCancel(r.Context())
-			}
-			_ = m.limiter.Release(ctx, req.keys[i], req.rule.quotas[i].Limit, t) // a failed release frees itself after the window
-		}
-	}
+	req.rule.core.Release(r.Context(), m.limiter, &req.Request, ds)
 }
 
 // statusRecorder remembers the status a handler wrote.
@@ -400,14 +334,14 @@ func (s *statusRecorder) Write(b []byte) (int, error) {
 func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
 func (m *Middleware) observe(r *http.Request, req *request, o enforce.Outcome, latency time.Duration, err error) {
-	e := enforce.Event{Rule: req.rule.Name, Outcome: o, Latency: latency, Cost: req.costs[0]}
+	e := enforce.Event{Rule: req.rule.Name, Outcome: o, Latency: latency, Cost: req.Costs[0]}
 	if o == enforce.Failed {
 		e.Err = err
 	}
 	if m.label != nil {
 		e.Tenant = m.label(r)
 	} else {
-		e.Tenant = enforce.Pseudonym(m.seed, req.rule.quotas[0].Key.Kind.String(), req.keys[0])
+		e.Tenant = enforce.Pseudonym(m.seed, req.rule.Quotas[0].Key.Kind.String(), req.Keys[0])
 	}
 	m.observer.Observe(e)
 }

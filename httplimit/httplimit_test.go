@@ -1,6 +1,7 @@
 package httplimit_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"io"
@@ -346,13 +347,19 @@ func (r *recorder) outcomes() []enforce.Outcome {
 	return out
 }
 
-// failing is a Limiter whose every call fails: a store answering garbage.
-type failing struct{ sluice.Limiter }
+// failing is a Limiter whose every call fails: a store answering garbage
+// (or, with err set, answering d and err: a decision only its error
+// qualifies).
+type failing struct {
+	sluice.Limiter
+	d   sluice.Decision
+	err error
+}
 
 var errGarbage = errors.New("store: unexpected reply")
 
-func (failing) Allow(context.Context, string, sluice.Limit, float64) (sluice.Decision, error) {
-	return sluice.Decision{}, errGarbage
+func (f failing) Allow(context.Context, string, sluice.Limit, float64) (sluice.Decision, error) {
+	return f.d, cmp.Or(f.err, errGarbage)
 }
 
 // A limiter that fails: the rule's OnError lets the request through or
@@ -360,9 +367,9 @@ func (failing) Allow(context.Context, string, sluice.Limit, float64) (sluice.Dec
 func TestOnError(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
-		policy enforce.OnError
+		policy sluice.FailurePolicy
 		status int
-	}{{enforce.FailOpen, 200}, {enforce.FailClosed, 503}} {
+	}{{sluice.FailOpen, 200}, {sluice.FailClosed, 503}} {
 		var obs recorder
 		f := newFixture(t, httplimit.Options{Limiter: failing{}, Observer: &obs, Rules: []httplimit.Rule{{Name: "r", OnError: c.policy, Quotas: []httplimit.Quota{{Limit: perIP, Key: httplimit.Key{Kind: httplimit.IP}}}}}}, nil)
 		r := f.do("GET", "/", peer)
@@ -514,6 +521,8 @@ func TestNewRefusesBadRules(t *testing.T) {
 		{"unnamed", httplimit.Options{Limiter: ms, Rules: []httplimit.Rule{{Quotas: []httplimit.Quota{ok}}}}, "name"},
 		{"twice", httplimit.Options{Limiter: ms, Rules: []httplimit.Rule{{Name: "r", Quotas: []httplimit.Quota{ok}}, {Name: "r", Quotas: []httplimit.Quota{ok}}}}, "two rules"},
 		{"no quotas", httplimit.Options{Limiter: ms, Rules: []httplimit.Rule{{Name: "r"}}}, "1 to 8 limits"},
+		{"fail_local", httplimit.Options{Limiter: ms, Rules: []httplimit.Rule{{Name: "r", OnError: sluice.FailLocal, Quotas: []httplimit.Quota{ok}}}}, `rule "r": OnError fail_local: a middleware has no local fallback; use fail_open or fail_closed`},
+		{"bad OnError", httplimit.Options{Limiter: ms, Rules: []httplimit.Rule{{Name: "r", OnError: 9, Quotas: []httplimit.Quota{ok}}}}, "unknown OnError 9"},
 		{"bad path", httplimit.Options{Limiter: ms, Rules: []httplimit.Rule{{Name: "r", Match: httplimit.Match{Path: "api"}, Quotas: []httplimit.Quota{ok}}}}, "must start with /"},
 		{"bad limit", httplimit.Options{Limiter: ms, Rules: []httplimit.Rule{{Name: "r", Quotas: []httplimit.Quota{{Limit: sluice.Limit{Name: "x", Quota: -1, Window: time.Second}}}}}}, "quota"},
 		{"no header", httplimit.Options{Limiter: ms, Rules: []httplimit.Rule{{Name: "r", Quotas: []httplimit.Quota{{Limit: perIP, Key: httplimit.Key{Kind: httplimit.Header}}}}}}, "Key.Header"},

@@ -1,11 +1,8 @@
 package httplimit
 
 import (
-	"math"
 	"net/http"
 	"net/netip"
-	"strconv"
-	"time"
 	"unsafe"
 
 	"github.com/sluicehq/sluice"
@@ -13,13 +10,14 @@ import (
 	"github.com/sluicehq/sluice/ratelimitheader"
 )
 
-// keyOf is the store key of q for r, and false when r has none (the rule
-// does not apply). Keys start with their kind, so that an IP and a header
-// value that look alike never share a state.
-func (m *Middleware) keyOf(r *http.Request, q *compiledQuota, req *request) (string, bool) {
-	switch q.Key.Kind {
+// keyOf is the store key of rule's quota j for r, and false when r has
+// none (the rule does not apply). Keys start with their kind, so that an IP
+// and a header value that look alike never share a state.
+func (m *Middleware) keyOf(r *http.Request, rule *compiledRule, j int, req *request) (string, bool) {
+	prefix := rule.core.Quotas[j].KeyPrefix
+	switch rule.Quotas[j].Key.Kind {
 	case Global:
-		return q.prefix, true
+		return prefix, true
 	case IP:
 		if req.ipKey == "" { // found once per request: its bytes are never written again
 			p, err := m.ip.Client(r)
@@ -33,17 +31,17 @@ func (m *Middleware) keyOf(r *http.Request, q *compiledQuota, req *request) (str
 		}
 		return req.ipKey, true
 	case Header:
-		v := r.Header[q.header]
+		v := r.Header[rule.headers[j]]
 		if len(v) == 0 || v[0] == "" {
 			return "", false
 		}
-		return enforce.BoundedKey(q.prefix, v[0]), true
+		return enforce.BoundedKey(prefix, v[0]), true
 	case Principal:
 		p, ok := m.principal(r)
 		if !ok || p == "" {
 			return "", false
 		}
-		return enforce.BoundedKey(q.prefix, p), true
+		return enforce.BoundedKey(prefix, p), true
 	}
 	return "", false
 }
@@ -89,33 +87,20 @@ func (a *arena) fieldValue(b []byte) []string {
 // decisions of rule's quotas, combined into c. On a rejection, a rejecting
 // limit's reset (t) is when the request would fit: the same instant as
 // Retry-After, so Retry-After is never earlier than it.
-func (m *Middleware) setFields(h http.Header, rule *compiledRule, ds []sluice.Decision, c sluice.Decision, a *arena) {
+func (m *Middleware) setFields(h http.Header, rule *compiledRule, ds []sluice.Decision, c *sluice.Decision, a *arena) {
 	if m.version == ratelimitheader.Draft11 && !m.legacy {
-		// The usual case, formatted straight from the decisions (what
-		// ratelimitheader.FormatLimits writes, byte for byte: a test
-		// checks it).
+		// The usual case: the rule's precompiled RateLimit members,
+		// written in the arena.
 		h["Ratelimit-Policy"] = rule.policyField[:1:1]
 		if a == nil {
 			a = new(arena)
 		}
-		b := a.buf[:0]
-		for i := range ds {
-			b = append(b, rule.quotas[i].field...)
-			b = strconv.AppendInt(b, remainingOf(&ds[i]), 10)
-			if t := resetOf(&ds[i]); t >= 0 {
-				b = append(b, ";t="...)
-				b = strconv.AppendInt(b, int64(t/time.Second), 10)
-			}
-		}
-		h["Ratelimit"] = a.fieldValue(b)
+		h["Ratelimit"] = a.fieldValue(rule.core.AppendLimits(a.buf[:0], ds))
 		return
 	}
-	ls := make([]ratelimitheader.Limit, len(ds))
-	for i := range ds {
-		ls[i] = ratelimitheader.Limit{Name: rule.quotas[i].Limit.Name, Remaining: remainingOf(&ds[i]), Reset: resetOf(&ds[i])}
-	}
+	ls := rule.core.Limits(ds)
 	if m.version == ratelimitheader.Draft06 {
-		_ = ratelimitheader.Set(h, ratelimitheader.Draft06, rule.policies, ls) // rule names were checked at New
+		_ = ratelimitheader.Set(h, ratelimitheader.Draft06, rule.core.Policies, ls) // rule names were checked at New
 	} else {
 		h["Ratelimit-Policy"] = rule.policyField[:1:1]
 		v, _ := ratelimitheader.FormatLimits(ls) // rule names were checked at New
@@ -123,42 +108,20 @@ func (m *Middleware) setFields(h http.Header, rule *compiledRule, ds []sluice.De
 	}
 	if m.legacy {
 		i := decisive(ds, c)
-		ratelimitheader.SetLegacy(h, ratelimitheader.Legacy{Limit: rule.quotas[i].q, Remaining: ls[i].Remaining, Reset: ls[i].Reset})
+		ratelimitheader.SetLegacy(h, ratelimitheader.Legacy{Limit: rule.core.Policies[i].Quota, Remaining: ls[i].Remaining, Reset: ls[i].Reset})
 	}
-}
-
-// remainingOf is a decision's r: whole units, rounded down.
-func remainingOf(d *sluice.Decision) int64 { return int64(math.Floor(d.Remaining)) }
-
-// resetOf is a decision's t, in whole seconds rounded up: when the key is
-// full again, or, for a rejection, when the request would fit (NoReset
-// when it never will).
-func resetOf(d *sluice.Decision) time.Duration {
-	if d.Allowed {
-		return (d.ResetAfter + time.Second - 1) / time.Second * time.Second
-	}
-	return retryAfter(d.RetryAfter)
 }
 
 // decisive is the index of the decision that c, the combined one, comes
 // from: the rejecting one with the longest RetryAfter, or the allowed one
 // with the least Remaining.
-func decisive(ds []sluice.Decision, c sluice.Decision) int {
+func decisive(ds []sluice.Decision, c *sluice.Decision) int {
 	for i := range ds {
 		if ds[i].Limit.Name == c.Limit.Name {
 			return i
 		}
 	}
 	return 0
-}
-
-// retryAfter is a rejection's wait as it is written: whole seconds rounded
-// up, at least 1; NoReset when the cost can never fit.
-func retryAfter(d time.Duration) time.Duration {
-	if d == sluice.Never {
-		return ratelimitheader.NoReset
-	}
-	return max(time.Second, (d+time.Second-1)/time.Second*time.Second)
 }
 
 var (
@@ -171,39 +134,39 @@ var (
 	oneSecond     = []string{"1"}
 )
 
-// writeRejection writes the 429 of decision c.
-func writeRejection(w http.ResponseWriter, c sluice.Decision) {
-	h := w.Header()
-	h["Cache-Control"] = noStore
-	h["Content-Type"] = jsonType
-	body := retryableBody
-	if c.RetryAfter == sluice.Never {
-		body = finalBody
-		delete(h, "Retry-After")
-	} else {
-		h["Retry-After"] = []string{ratelimitheader.FormatRetryAfter(c.RetryAfter)}
+// writeRejection writes the 429 of decision c, final when its cost can
+// never fit.
+func writeRejection(w http.ResponseWriter, c *sluice.Decision, never bool) {
+	if never {
+		writeRefusal(w, http.StatusTooManyRequests, finalBody, nil)
+		return
 	}
-	w.WriteHeader(http.StatusTooManyRequests)
-	_, _ = w.Write(body)
+	writeRefusal(w, http.StatusTooManyRequests, retryableBody, []string{ratelimitheader.FormatRetryAfter(c.RetryAfter)})
 }
 
 // writeUnavailable refuses a request whose limiter failed, under
-// enforce.FailClosed.
+// sluice.FailClosed.
 func writeUnavailable(w http.ResponseWriter) {
-	h := w.Header()
-	h["Cache-Control"] = noStore
-	h["Content-Type"] = jsonType
-	h["Retry-After"] = oneSecond
-	w.WriteHeader(http.StatusServiceUnavailable)
-	_, _ = w.Write(failedBody)
+	writeRefusal(w, http.StatusServiceUnavailable, failedBody, oneSecond)
 }
 
 // writeInvalidCost refuses a request whose cost cannot be taken: 400, not
 // retryable.
 func writeInvalidCost(w http.ResponseWriter) {
+	writeRefusal(w, http.StatusBadRequest, invalidBody, nil)
+}
+
+// writeRefusal writes a refused request's response: status, the JSON
+// body, no caching, and Retry-After when retryAfter is not nil.
+func writeRefusal(w http.ResponseWriter, status int, body []byte, retryAfter []string) {
 	h := w.Header()
 	h["Cache-Control"] = noStore
 	h["Content-Type"] = jsonType
-	w.WriteHeader(http.StatusBadRequest)
-	_, _ = w.Write(invalidBody)
+	if retryAfter != nil {
+		h["Retry-After"] = retryAfter
+	} else {
+		delete(h, "Retry-After")
+	}
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
 }

@@ -10,7 +10,6 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/enforce"
-	"github.com/sluicehq/sluice/ratelimitheader"
 )
 
 // Rule says which requests it applies to and what they spend. Rules are
@@ -19,26 +18,23 @@ import (
 // skipped for a request without one, and the next rule — say, by client IP
 // for anonymous clients — applies instead). A request no rule applies to is
 // not limited.
+//
+// Name, Quotas, Mode, Shadow and OnError are decided by the core every
+// transport shares, and mean what they mean in enforce.Rule (a unique name
+// of 1 to 64 bytes of printable ASCII for metrics; 1 to 8 limits of
+// distinct names decided as one in order; all or nothing by default;
+// shadow mode; FailOpen by default, FailLocal refused by New). Over HTTP, a
+// rule in shadow mode sends no rate-limit fields, and FailClosed answers
+// 503 Service Unavailable.
 type Rule struct {
-	// Name identifies the rule in metrics. Required, unique, at most 64
-	// bytes of printable ASCII.
-	Name string
-	// Match selects the requests; the zero Match selects all.
-	Match Match
-	// Quotas are the limits the request spends on, decided as one in this
-	// order (sluice.Limiter.AllowAll). At least one; their limit names must
-	// be distinct.
+	Name   string
+	Match  Match // the requests; the zero Match selects all
 	Quotas []Quota
-	// Mode: all or nothing (the default) or rejections count.
-	Mode sluice.Mode
-	// Shadow decides and records, but never rejects: the request goes
-	// through without rate-limit fields, and the would-be rejection is
-	// counted (enforce.ShadowRejected). For trying a rule on live traffic.
+	Mode   sluice.Mode
 	Shadow bool
-	// OnError is what the rule does when the limiter fails with an error
-	// (not a rejection; a store's outage policy answers before that).
-	// Default enforce.FailOpen.
-	OnError enforce.OnError
+	// OnError answers a limiter that fails with an error (not a rejection;
+	// a store's outage policy answers before that).
+	OnError sluice.FailurePolicy
 }
 
 // Match selects requests by method and path.
@@ -91,17 +87,12 @@ const (
 	Principal
 )
 
+var keyKindNames = [...]string{Global: "global", IP: "ip", Header: "header", Principal: "principal"}
+
 // String returns "global", "ip", "header" or "principal".
 func (k KeyKind) String() string {
-	switch k {
-	case Global:
-		return "global"
-	case IP:
-		return "ip"
-	case Header:
-		return "header"
-	case Principal:
-		return "principal"
+	if int(k) < len(keyKindNames) {
+		return keyKindNames[k]
 	}
 	return "key_kind(" + strconv.Itoa(int(k)) + ")"
 }
@@ -121,117 +112,77 @@ func (r Rule) Validate() error {
 	return err
 }
 
-// compiledRule is a Rule ready for requests.
+// compiledRule is a Rule ready for requests: the core every transport
+// decides with, and what selects HTTP requests and finds their keys.
 type compiledRule struct {
 	Rule
+	core    *enforce.CompiledRule
 	path    pattern
 	methods methodSet
-	quotas  []compiledQuota
-	charges bool // some quota has a Charge
-	// policies are the quotas as RateLimit-Policy members, and policyField
-	// the draft -11 field (fixed for the rule; a response's header map
-	// shares it: a one-element slice, which an Add copies).
-	policies    []ratelimitheader.Policy
+	headers []string // canonical header names of Header keys, by quota
+	charges bool     // some quota has a Charge
+	// policyField is core.PolicyField as a response's header map takes it:
+	// a one-element slice (which an Add copies), shared by every response.
 	policyField []string
 }
 
-type compiledQuota struct {
-	Quota
-	header string // canonical header name, for Header keys
-	prefix string // what starts the key: the kind, so kinds never collide
-	field  string // what starts its member of the RateLimit field: `"name";r=`, after ", " but for the first
-	// q is the quota written in RateLimit-Policy (and X-RateLimit-Limit):
-	// a whole number, the rate kept (100 per 100 ms is q=1000;w=1).
-	q int64
-}
-
 func compileRule(r Rule, chargeable bool, principal bool) (compiledRule, error) {
-	c := compiledRule{Rule: r}
-	if err := enforce.CheckRuleName(r.Name); err != nil {
+	c := compiledRule{Rule: r, headers: make([]string, len(r.Quotas))}
+	quotas := make([]enforce.Quota, len(r.Quotas))
+	for i, q := range r.Quotas {
+		quotas[i] = enforce.Quota{Limit: q.Limit, Cost: q.Cost}
+		c.charges = c.charges || q.Charge != nil
+	}
+	core, err := enforce.Compile(enforce.Rule{Name: r.Name, Quotas: quotas, Mode: r.Mode, Shadow: r.Shadow, OnError: r.OnError,
+		CheckQuota: func(core *enforce.CompiledRule, i int) (string, error) {
+			return c.checkQuota(core, i, chargeable, principal)
+		}})
+	if err != nil {
 		return c, err
 	}
-	var err error
+	c.core, c.policyField = core, []string{core.PolicyField}
 	if c.path, err = compilePattern(r.Match.Path); err != nil {
 		return c, fmt.Errorf("rule %q: %w", r.Name, err)
 	}
 	if c.methods, err = compileMethods(r.Match.Methods); err != nil {
 		return c, fmt.Errorf("rule %q: %w", r.Name, err)
 	}
-	if len(r.Quotas) == 0 || len(r.Quotas) > maxQuotas {
-		return c, fmt.Errorf("rule %q: %d quotas: a rule spends on 1 to %d limits", r.Name, len(r.Quotas), maxQuotas)
-	}
-	if r.Mode != sluice.AllOrNothing && r.Mode != sluice.RejectionsCount {
-		return c, fmt.Errorf("rule %q: unknown mode %d", r.Name, r.Mode)
-	}
-	if r.OnError > enforce.FailClosed {
-		return c, fmt.Errorf("rule %q: unknown OnError %d", r.Name, r.OnError)
-	}
-	var policies []ratelimitheader.Policy
-	for i, q := range r.Quotas {
-		cq, err := compileQuota(q, chargeable, principal)
-		if err != nil {
-			return c, fmt.Errorf("rule %q, quota %d (%s): %w", r.Name, i, q.Limit.Name, err)
-		}
-		for _, o := range c.quotas {
-			if o.Limit.Name == q.Limit.Name {
-				return c, fmt.Errorf("rule %q: limit %q is used twice", r.Name, q.Limit.Name)
-			}
-		}
-		cq.field = strconv.Quote(q.Limit.Name) + ";r=" // printable ASCII: Quote escapes only " and \\, as RFC 9651 does
-		if i > 0 {
-			cq.field = ", " + cq.field
-		}
-		c.quotas = append(c.quotas, cq)
-		c.charges = c.charges || q.Charge != nil
-		policies = append(policies, ratelimitheader.PolicyOf(q.Limit))
-	}
-	field, err := ratelimitheader.FormatPolicies(policies)
-	if err != nil {
-		return c, fmt.Errorf("rule %q: %w", r.Name, err)
-	}
-	c.policyField = []string{field}
-	c.policies = policies
 	return c, nil
 }
 
-func compileQuota(q Quota, chargeable, principal bool) (compiledQuota, error) {
-	c := compiledQuota{Quota: q}
-	p, err := enforce.CompileQuota(q.Limit, q.Cost)
-	if err != nil {
-		return c, err
-	}
+// checkQuota checks quota i's key and Charge, and returns its key's
+// prefix.
+func (c *compiledRule) checkQuota(core *enforce.CompiledRule, i int, chargeable, principal bool) (string, error) {
+	q := &c.Quotas[i]
 	if q.Charge != nil {
 		if !chargeable {
-			return c, errors.New("a Charge needs a Limiter that is a sluice.Charger")
+			return "", errors.New("a Charge needs a Limiter that is a sluice.Charger")
 		}
-		if err := p.Chargeable(); err != nil {
-			return c, err
+		if err := core.Chargeable(i); err != nil {
+			return "", err
 		}
 	}
 	switch q.Key.Kind {
 	case Global:
-		c.prefix = "global"
+		return enforce.GlobalKey, nil
 	case IP:
-		c.prefix = "ip:"
+		return enforce.IPPrefix, nil
 	case Header:
 		if q.Key.Header == "" {
-			return c, errors.New("a header key needs Key.Header, the header's name")
+			return "", errors.New("a header key needs Key.Header, the header's name")
 		}
 		if !validHeaderName(q.Key.Header) {
-			return c, fmt.Errorf("header %q: not a header name (RFC 9110 token characters only)", q.Key.Header)
+			return "", fmt.Errorf("header %q: not a header name (RFC 9110 token characters only)", q.Key.Header)
 		}
-		c.header = http.CanonicalHeaderKey(q.Key.Header)
-		c.prefix = "h:" + c.header + ":"
+		c.headers[i] = http.CanonicalHeaderKey(q.Key.Header)
+		return enforce.HeaderPrefix(q.Key.Header), nil
 	case Principal:
 		if !principal {
-			return c, errors.New("a principal key needs Options.Principal")
+			return "", errors.New("a principal key needs Options.Principal")
 		}
-		c.prefix = "p:"
-	default:
-		return c, fmt.Errorf("unknown key kind %d", q.Key.Kind)
+		return enforce.PrincipalPrefix, nil
 	}
-	c.q = ratelimitheader.PolicyOf(q.Limit).Quota
-	return c, nil
+	return "", fmt.Errorf("unknown key kind %d", q.Key.Kind)
 }
 
 // validHeaderName reports whether s is an RFC 9110 token, as a field name
