@@ -256,11 +256,11 @@ func (g *Gateway) openStore(cfg *config.File) (sluice.Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	policies := map[string]redisstore.Policy{}
+	policies := map[string]sluice.FailurePolicy{}
 	for _, l := range cfg.Limits {
 		p, _ := config.FailurePolicy(l.OnFailure) // validated
-		policies[l.Name] = map[string]redisstore.Policy{config.FailOpen: redisstore.FailOpen, config.FailClosed: redisstore.FailClosed, config.FailLocal: redisstore.FailLocal}[p]
-		g.failsClosed = g.failsClosed || policies[l.Name] == redisstore.FailClosed
+		policies[l.Name] = map[string]sluice.FailurePolicy{config.FailOpen: sluice.FailOpen, config.FailClosed: sluice.FailClosed, config.FailLocal: sluice.FailLocal}[p]
+		g.failsClosed = g.failsClosed || policies[l.Name] == sluice.FailClosed
 	}
 	s, err := redisstore.New(redisstore.Options{
 		Client: conn, Prefix: r.Prefix, KeyHMAC: secret, Logger: g.log,

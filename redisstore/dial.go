@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+
+	"github.com/sluicehq/sluice/redisscript"
 )
 
 // DialOptions configures Dial.
@@ -39,10 +41,10 @@ var ErrNotConnected = errors.New("not connected to Redis yet")
 // Until it is connected every call fails with ErrNotConnected, an outage
 // for the store (its failure policy decides, its breaker counts); once
 // connected, calls go to Redis and rueidis reconnects by itself after
-// later failures. A Store using a Conn sees each connection attempt's
-// outcome (Redis unreachable, Redis back) as it sees a call's. Safe for
-// concurrent use; Close stops the connecting goroutine and closes the
-// client.
+// later failures. A Conn is a redisscript.ConnectionWatcher: a Store using
+// it sees each connection attempt's outcome (Redis unreachable, Redis
+// back) as it sees a call's. Safe for concurrent use; Close stops the
+// connecting goroutine and closes the client.
 type Conn struct {
 	addrs      []string
 	maxBackoff time.Duration
@@ -58,7 +60,7 @@ type Conn struct {
 	nextID   int
 }
 
-var _ Client = (*Conn)(nil)
+var _ redisscript.ConnectionWatcher = (*Conn)(nil)
 
 // Dial returns a Conn connecting to Redis at opts.Addrs. It makes the
 // first attempt before returning (at once when the connection is refused;
@@ -187,10 +189,11 @@ func (c *Conn) report(err error) {
 	}
 }
 
-// watch calls f with each connection attempt's outcome (nil: connected),
-// at once with the last one if there was one. It returns the function
-// that stops the calls. f must not block.
-func (c *Conn) watch(f func(error)) (unwatch func()) {
+// WatchConnection calls f with each connection attempt's outcome (nil:
+// connected), at once with the last one if there was one, until stop is
+// called; see redisscript.ConnectionWatcher. A Store calls it in New and
+// stops in Close. f must not block.
+func (c *Conn) WatchConnection(f func(error)) (stop func()) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	id := c.nextID
@@ -221,7 +224,7 @@ func (c *Conn) notConnected() error {
 	return ErrNotConnected
 }
 
-// EvalSHA runs the script loaded under sha; see Client.
+// EvalSHA runs the script loaded under sha; see redisscript.Client.
 func (c *Conn) EvalSHA(ctx context.Context, sha string, keys, args []string) ([]int64, error) {
 	if r := c.client.Load(); r != nil {
 		return r.EvalSHA(ctx, sha, keys, args)
@@ -229,7 +232,7 @@ func (c *Conn) EvalSHA(ctx context.Context, sha string, keys, args []string) ([]
 	return nil, c.notConnected()
 }
 
-// Eval runs the script; see Client.
+// Eval runs the script; see redisscript.Client.
 func (c *Conn) Eval(ctx context.Context, script string, keys, args []string) ([]int64, error) {
 	if r := c.client.Load(); r != nil {
 		return r.Eval(ctx, script, keys, args)

@@ -1,7 +1,10 @@
 package redisstore_test
 
 import (
+	"errors"
+	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -30,7 +33,7 @@ func TestDialStartsWithoutRedis(t *testing.T) {
 	local := sluice.Limit{Name: "start-local", Quota: 3, Window: time.Hour}
 	s := newStore(t, redisstore.Options{
 		Client: conn, Logger: logs.Logger(), BreakerCooldown: 50 * time.Millisecond,
-		Policies: map[string]redisstore.Policy{"start-closed": redisstore.FailClosed, "start-local": redisstore.FailLocal},
+		Policies: map[string]sluice.FailurePolicy{"start-closed": sluice.FailClosed, "start-local": sluice.FailLocal},
 	})
 	if conn.Connected() {
 		t.Fatal("connected with nothing listening")
@@ -95,38 +98,100 @@ func TestDialStartsWithoutRedis(t *testing.T) {
 	}
 }
 
-// A check that spends nothing obeys the policy during an outage, as a
-// spending call does: fail_open allows, fail_closed rejects, fail_local
-// reports the local state.
-func TestCheckObeysThePolicy(t *testing.T) {
+// Dial refuses bad options, and nothing else: a Redis that is not there
+// is not an error.
+func TestDialRefusesBadOptions(t *testing.T) {
 	t.Parallel()
-	srv := redistest.StartServer(t)
-	s := newStore(t, redisstore.Options{
-		Client: redisstore.NewRueidis(newRueidis(t, srv.Addr())), Timeout: 30 * time.Millisecond,
-		Policies: map[string]redisstore.Policy{"check-closed": redisstore.FailClosed, "check-local": redisstore.FailLocal},
+	for _, c := range []struct {
+		name string
+		opts redisstore.DialOptions
+		says string
+	}{
+		{"no address", redisstore.DialOptions{}, "Addrs is required"},
+		{"no port", redisstore.DialOptions{Addrs: []string{"127.0.0.1"}}, `address "127.0.0.1"`},
+		{"negative backoff", redisstore.DialOptions{Addrs: []string{"127.0.0.1:6379"}, MaxBackoff: -time.Second}, "MaxBackoff -1s"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			conn, err := redisstore.Dial(c.opts)
+			if err == nil {
+				conn.Close()
+				t.Fatalf("Dial(%+v): no error", c.opts)
+			}
+			if !strings.Contains(err.Error(), c.says) {
+				t.Fatalf("Dial(%+v): %v; want it to say %q", c.opts, err, c.says)
+			}
+		})
+	}
+}
+
+// Before it connects, a Conn answers every call with ErrNotConnected
+// (with the last attempt's error), says it may be a Cluster (so that a
+// call's keys are grouped by slot), and a server that is not Redis does
+// not count as connected. Close is idempotent.
+func TestConnBeforeConnecting(t *testing.T) {
+	t.Parallel()
+	// A server that answers, but not as Redis does.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(wg.Wait)
+	t.Cleanup(func() { l.Close() })
+	wg.Go(func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Write([]byte("HTTP/1.1 400 Bad Request\r\n\r\n"))
+			c.Close()
+		}
 	})
-	open := sluice.Limit{Name: "check-open", Algorithm: sluice.FixedWindow, Quota: 3, Window: time.Hour}
-	closed := sluice.Limit{Name: "check-closed", Algorithm: sluice.FixedWindow, Quota: 3, Window: time.Hour}
-	local := sluice.Limit{Name: "check-local", Algorithm: sluice.FixedWindow, Quota: 3, Window: time.Hour}
-	s.Allow(ctx, "k", open, 1)
-	if d, err := s.Check(ctx, "k", open); err != nil || !d.Allowed || d.Remaining != 2 {
-		t.Fatalf("Redis up: %+v, %v; want allowed, 2 left, nothing spent", d, err)
+	conn, err := redisstore.Dial(redisstore.DialOptions{Addrs: []string{l.Addr().String()}, MaxBackoff: time.Hour})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if d, _ := s.Check(ctx, "k", open); d.Remaining != 2 {
-		t.Fatalf("a second check: %+v; a check spends nothing", d)
+	if conn.Connected() {
+		t.Fatal("connected to a server that is not Redis")
 	}
-	srv.Kill()
-	if d, err := s.Check(ctx, "k", open); err != nil || !d.Allowed {
-		t.Errorf("fail_open, Redis down: %+v, %v; want allowed", d, err)
+	if !conn.Cluster() {
+		t.Error("Cluster() = false before connecting; want true (keys grouped by slot, right on either)")
 	}
-	if d, err := s.Check(ctx, "k", closed); err != nil || d.Allowed || d.RetryAfter != time.Second {
-		t.Errorf("fail_closed, Redis down: %+v, %v; want rejected, RetryAfter 1 s", d, err)
+	for name, call := range map[string]func() ([]int64, error){
+		"EvalSHA": func() ([]int64, error) { return conn.EvalSHA(ctx, "0", nil, nil) },
+		"Eval":    func() ([]int64, error) { return conn.Eval(ctx, "return {1}", nil, nil) },
+	} {
+		if _, err := call(); !errors.Is(err, redisstore.ErrNotConnected) || !strings.Contains(err.Error(), "not Redis") {
+			t.Errorf("%s before connecting: %v; want ErrNotConnected with the attempt's error", name, err)
+		}
 	}
-	s.Allow(ctx, "k", local, 1) // spent locally
-	if d, err := s.Check(ctx, "k", local); err != nil || !d.Allowed || d.Remaining != 2 {
-		t.Errorf("fail_local, Redis down: %+v, %v; want the local state, 2 left", d, err)
+	if err := conn.Close(); err != nil {
+		t.Fatal(err)
 	}
-	if _, err := s.Check(ctx, "", open); err == nil {
-		t.Error("an empty key: no error; bad input is an error whatever the policy")
+	if err := conn.Close(); err != nil {
+		t.Fatalf("a second Close: %v", err)
+	}
+}
+
+// Once connected, a Conn is a Client like NewRueidis's: single node here.
+func TestConnConnected(t *testing.T) {
+	t.Parallel()
+	conn, err := redisstore.Dial(redisstore.DialOptions{Addrs: []string{redistest.Addr(t)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	if !conn.Connected() || conn.Cluster() {
+		t.Fatalf("Connected %v, Cluster %v; want a connected single node", conn.Connected(), conn.Cluster())
+	}
+	if v, err := conn.Eval(ctx, "return {tonumber(ARGV[1]) + 1}", nil, []string{"41"}); err != nil || len(v) != 1 || v[0] != 42 {
+		t.Fatalf("Eval: %v, %v", v, err)
+	}
+	var got []error
+	stop := conn.WatchConnection(func(err error) { got = append(got, err) })
+	stop()
+	if len(got) != 1 || got[0] != nil {
+		t.Fatalf("WatchConnection on a connected Conn reported %v; want one nil (connected), at once", got)
 	}
 }

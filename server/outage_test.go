@@ -13,15 +13,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/logtest"
 	"github.com/sluicehq/sluice/internal/redistest"
-	"github.com/sluicehq/sluice/redisstore"
 	"github.com/sluicehq/sluice/server"
 )
 
 // serveRedis starts a server on the Redis at addr with the api_key limit
 // of quota a minute, and returns its HTTP address.
-func serveRedis(t *testing.T, addr string, policy redisstore.Policy, quota int, log *slog.Logger, keyHMAC []byte) string {
+func serveRedis(t *testing.T, addr string, policy sluice.FailurePolicy, quota int, log *slog.Logger, keyHMAC []byte) string {
 	t.Helper()
 	dir := t.TempDir()
 	// Per hour, not per minute: a fixed window's key expires at the
@@ -78,13 +78,13 @@ func jsonCheck(t *testing.T, addr string, hits []int, values ...string) (int, []
 func TestStartWithoutRedis(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
-		policy redisstore.Policy
+		policy sluice.FailurePolicy
 		want   []int // HTTP statuses of 4 calls on one key with Redis down
 		ready  int
 	}{
-		{redisstore.FailOpen, []int{200, 200, 200, 200}, 200},
-		{redisstore.FailClosed, []int{429, 429, 429, 429}, 503},
-		{redisstore.FailLocal, []int{200, 200, 200, 429}, 200},
+		{sluice.FailOpen, []int{200, 200, 200, 200}, 200},
+		{sluice.FailClosed, []int{429, 429, 429, 429}, 503},
+		{sluice.FailLocal, []int{200, 200, 200, 429}, 200},
 	} {
 		t.Run(c.policy.String(), func(t *testing.T) {
 			t.Parallel()
@@ -143,13 +143,13 @@ func TestStartWithoutRedis(t *testing.T) {
 func TestCheckThatSpendsNothingObeysThePolicy(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
-		policy redisstore.Policy
+		policy sluice.FailurePolicy
 		status int
 		codes  []string // the spending descriptor's, the check's
 	}{
-		{redisstore.FailOpen, 200, []string{"OK", "OK"}},
-		{redisstore.FailClosed, 429, []string{"OVER_LIMIT", "OVER_LIMIT"}},
-		{redisstore.FailLocal, 200, []string{"OK", "OK"}},
+		{sluice.FailOpen, 200, []string{"OK", "OK"}},
+		{sluice.FailClosed, 429, []string{"OVER_LIMIT", "OVER_LIMIT"}},
+		{sluice.FailLocal, 200, []string{"OK", "OK"}},
 	} {
 		t.Run(c.policy.String(), func(t *testing.T) {
 			t.Parallel()
@@ -183,7 +183,7 @@ func TestKeyHMACHidesIdentity(t *testing.T) {
 		var b [8]byte
 		_, _ = rand.Read(b[:])
 		marker := "MARKER-" + hex.EncodeToString(b[:])
-		addr := serveRedis(t, redis.Addr(), redisstore.FailOpen, 3, nil, c.keyHMAC)
+		addr := serveRedis(t, redis.Addr(), sluice.FailOpen, 3, nil, c.keyHMAC)
 		for range 2 {
 			if got, codes := jsonCheck(t, addr, []int{-1}, marker); got != 200 {
 				t.Fatalf("%s KeyHMAC: %d %v", c.name, got, codes)

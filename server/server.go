@@ -88,8 +88,8 @@ type Options struct {
 	// Cluster); the memory store otherwise.
 	Redis string
 	// RedisPolicy is what a limit decides when Redis cannot answer.
-	// Default redisstore.FailOpen.
-	RedisPolicy redisstore.Policy
+	// Default sluice.FailOpen.
+	RedisPolicy sluice.FailurePolicy
 	// AdminToken guards every admin route (Authorization: Bearer); a
 	// missing or wrong credential is 401. Empty: the admin API is off, and
 	// every route answers 403 saying so.
@@ -153,7 +153,7 @@ type Server struct {
 	log     *slog.Logger
 	matcher atomic.Pointer[rls.Matcher]
 	// policies are the failure policies in force, by limit name.
-	policies atomic.Pointer[map[string]redisstore.Policy]
+	policies atomic.Pointer[map[string]sluice.FailurePolicy]
 	version  atomic.Pointer[loaded]
 	reload   sync.Mutex
 	svc      *rls.Service
@@ -267,7 +267,7 @@ func (s *Server) openStore() (sluice.Limiter, error) {
 	}
 	s.closers = append(s.closers, conn.Close)
 	st, err := redisstore.New(redisstore.Options{Client: conn, Policy: s.opts.RedisPolicy, KeyHMAC: s.opts.KeyHMAC, Logger: s.log,
-		PolicyOf: func(l sluice.Limit) (redisstore.Policy, bool) { // the rules' on_failure, as reloaded
+		PolicyOf: func(l sluice.Limit) (sluice.FailurePolicy, bool) { // the rules' on_failure, as reloaded
 			p, ok := (*s.policies.Load())[l.Name]
 			return p, ok
 		}})
@@ -282,11 +282,11 @@ func (s *Server) openStore() (sluice.Limiter, error) {
 // failsClosed reports whether a limit in force fails closed when Redis
 // cannot answer: the default policy, or a rule's on_failure.
 func (s *Server) failsClosed() bool {
-	if s.opts.RedisPolicy == redisstore.FailClosed {
+	if s.opts.RedisPolicy == sluice.FailClosed {
 		return true
 	}
 	for _, p := range *s.policies.Load() {
-		if p == redisstore.FailClosed {
+		if p == sluice.FailClosed {
 			return true
 		}
 	}
@@ -334,7 +334,7 @@ func (s *Server) Reload() error {
 
 // install puts a loaded configuration in force.
 func (s *Server) install(l Loaded) {
-	policies := make(map[string]redisstore.Policy, len(l.FailurePolicies))
+	policies := make(map[string]sluice.FailurePolicy, len(l.FailurePolicies))
 	for name, p := range l.FailurePolicies {
 		if pol, ok := policyNames[p]; ok {
 			policies[name] = pol
@@ -346,10 +346,10 @@ func (s *Server) install(l Loaded) {
 }
 
 // policyNames are the failure policies by their configuration names.
-var policyNames = map[string]redisstore.Policy{"fail_open": redisstore.FailOpen, "fail_closed": redisstore.FailClosed, "fail_local": redisstore.FailLocal}
+var policyNames = map[string]sluice.FailurePolicy{"fail_open": sluice.FailOpen, "fail_closed": sluice.FailClosed, "fail_local": sluice.FailLocal}
 
 // ParsePolicy reads a failure policy's name.
-func ParsePolicy(name string) (redisstore.Policy, bool) {
+func ParsePolicy(name string) (sluice.FailurePolicy, bool) {
 	p, ok := policyNames[name]
 	return p, ok
 }

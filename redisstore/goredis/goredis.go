@@ -1,12 +1,28 @@
-// Package goredis adapts a go-redis v9 client for redisstore, for programs
-// that already hold one:
+// Package goredis adapts a go-redis v9 client for the Redis store, for
+// programs that already hold one. With it the store is package
+// redisscript's, and rueidis (package redisstore's client) is not
+// compiled:
 //
-//	client := redis.NewClient(&redis.Options{Addr: addr})
-//	store, err := redisstore.New(redisstore.Options{Client: goredis.New(client)})
+//	client := redis.NewClient(&redis.Options{
+//		Addr:                  "redis.internal:6379",
+//		Password:              os.Getenv("REDIS_PASSWORD"),
+//		TLSConfig:             &tls.Config{MinVersion: tls.VersionTLS12}, // nil: plain TCP
+//		ContextTimeoutEnabled: true, // the store's Timeout bounds each call
+//	})
+//	store, err := redisscript.New(redisscript.Options{Client: goredis.New(client)})
+//
+// Everything about the connection is go-redis's, set on the client you
+// pass: the address (or a Cluster's, with redis.NewClusterClient), the
+// user and password, TLS, pool sizes, dial and read timeouts. Set
+// ContextTimeoutEnabled: without it go-redis bounds a call by its own
+// ReadTimeout (3 s by default), not by the store's Options.Timeout (50 ms),
+// so a Redis that stops answering holds each decision for seconds before
+// the failure policy decides.
 //
 // The client's retries stay on for the program's other commands; the
 // store's script calls are never retried (a call whose reply was lost may
-// have spent, and replaying it would spend twice).
+// have spent, and replaying it would spend twice). The store does not
+// close the client.
 package goredis
 
 import (
@@ -16,7 +32,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluicehq/sluice/redisstore"
+	"github.com/sluicehq/sluice/redisscript"
 )
 
 type client struct {
@@ -25,9 +41,11 @@ type client struct {
 }
 
 // New adapts c: a *redis.Client, *redis.ClusterClient, *redis.Ring or any
-// other UniversalClient. Script calls go out marked NoRetry, whatever the
-// client's MaxRetries.
-func New(c redis.UniversalClient) redisstore.Client {
+// other UniversalClient; only a *redis.ClusterClient is a Cluster, whose
+// multi-limit calls the store splits by hash slot. Script calls go out
+// marked NoRetry, whatever the client's MaxRetries. Safe for concurrent
+// use, as c is.
+func New(c redis.UniversalClient) redisscript.Client {
 	_, cluster := c.(*redis.ClusterClient)
 	return client{c: c, cluster: cluster}
 }
@@ -62,15 +80,19 @@ func (a client) run(ctx context.Context, name, payload string, keys, args []stri
 
 func (a client) Cluster() bool { return a.cluster }
 
+// reply maps a command's outcome to the Client contract: an error reply
+// is a *redisscript.ReplyError, a reply that is not an integer array wraps
+// redisscript.ErrBadReply, any other error (the transport, the context) is
+// returned as it is.
 func reply(cmd *redis.Cmd) ([]int64, error) {
 	v, err := cmd.Int64Slice()
 	if err != nil {
 		var re redis.Error
 		if errors.As(err, &re) {
-			return nil, &redisstore.ReplyError{Msg: re.Error()}
+			return nil, &redisscript.ReplyError{Msg: re.Error()}
 		}
 		if cmd.Err() == nil { // a reply of another shape
-			return nil, fmt.Errorf("goredis: %w", redisstore.ErrBadReply)
+			return nil, fmt.Errorf("goredis: %w", redisscript.ErrBadReply)
 		}
 		return nil, err
 	}

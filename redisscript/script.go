@@ -1,10 +1,11 @@
-package redisstore
+package redisscript
 
 import (
 	"crypto/sha1"
 	"embed"
 	"encoding/hex"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/sluicehq/sluice"
@@ -38,6 +39,19 @@ const (
 	replyValues  = 5
 )
 
+// headNames are the ops' and flags' names in lua/head.lua, with Go's
+// values: the script and Go must agree on them.
+var headNames = []string{
+	`local OP_DECIDE = "` + string(opDecide) + `"`,
+	`local OP_CHARGE = "` + string(opCharge) + `"`,
+	`local OP_UNDO = "` + string(opUndo) + `"`,
+	`local OP_PEEK = "` + string(opPeek) + `"`,
+	`local OP_RESET = "` + string(opReset) + `"`,
+	"local ALLOWED = " + strconv.Itoa(flagAllowed),
+	"local CLAMPED = " + strconv.Itoa(flagClamped),
+	"local UNSPENT = " + strconv.Itoa(flagUnspent),
+}
+
 var algorithmFiles = [...]string{
 	sluice.TokenBucket:   "tokenbucket",
 	sluice.GCRA:          "gcra",
@@ -59,8 +73,14 @@ var (
 )
 
 func init() {
-	if !strings.Contains(file("head"), `local PROTOCOL = "`+scriptProtocolArg+`"`) {
-		panic("redisstore: lua/head.lua does not speak protocol " + scriptProtocolArg) // a build defect
+	head := file("head")
+	if !strings.Contains(head, `local PROTOCOL = "`+scriptProtocolArg+`"`) {
+		panic("redisscript: lua/head.lua does not speak protocol " + scriptProtocolArg) // a build defect
+	}
+	for _, name := range headNames {
+		if !strings.Contains(head, name) {
+			panic("redisscript: lua/head.lua does not say " + name + " as Go does") // a build defect
+		}
 	}
 	all := make([]sluice.Algorithm, len(algorithmFiles))
 	for a := range algorithmFiles {
@@ -114,7 +134,7 @@ func fragment(a sluice.Algorithm, part string) string {
 func file(name string) string {
 	b, err := luaFiles.ReadFile("lua/" + name + ".lua")
 	if err != nil {
-		panic("redisstore: missing embedded script " + name + ": " + err.Error()) // a build defect
+		panic("redisscript: missing embedded script " + name + ": " + err.Error()) // a build defect
 	}
 	return string(b) + "\n"
 }

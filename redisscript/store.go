@@ -1,6 +1,10 @@
-// Package redisstore is the sluice.Limiter for a fleet: every process asks
-// one Redis (or Redis Cluster), and every decision is one atomic script on
-// the server, on the server's clock.
+// Package redisscript is the Redis store's core, on any Redis client: the
+// sluice.Limiter for a fleet, where every process asks one Redis (or Redis
+// Cluster) and every decision is one atomic script on the server, on the
+// server's clock. It imports no Redis client: a driver implements Client
+// (package redisstore on rueidis, the default, with redisstore.Dial;
+// package redisstore/goredis on a go-redis v9 client), so a program
+// compiles only the client it uses.
 //
 // A decision is one EVALSHA of one embedded script (EVAL only after an
 // explicit NOSCRIPT, never to replay a call whose outcome is unknown, which
@@ -13,15 +17,16 @@
 // do); otherwise see Store.AllowAll for the weaker semantics.
 //
 // When Redis cannot answer (timeout, refused connection, LOADING,
-// CLUSTERDOWN…), each limit's Policy decides: allow, reject, or decide
-// locally at Quota/Instances. A breaker stops calling a dead Redis after a
-// few failures, so an outage costs each decision nothing but the policy,
-// and lets a probe through every BreakerCooldown: decisions go back to
-// Redis as soon as it answers. Dial makes a Client that connects by
-// itself, so that a limiter can start before its Redis: until it is
-// connected, the policies decide. Each change of state (Redis
-// unreachable, back; the breaker opened, closed) is logged once.
-package redisstore
+// CLUSTERDOWN…), each limit's sluice.FailurePolicy decides: allow, reject,
+// or decide locally at Quota/Instances. A breaker stops calling a dead
+// Redis after a few failures, so an outage costs each decision nothing but
+// the policy, and lets a probe through every BreakerCooldown: decisions go
+// back to Redis as soon as it answers. A Client that connects by itself
+// (a ConnectionWatcher, such as redisstore.Dial's) lets a limiter start
+// before its Redis: until it is connected, the policies decide. Each
+// change of state (Redis unreachable, back; the breaker opened, closed) is
+// logged once.
+package redisscript
 
 import (
 	"cmp"
@@ -30,7 +35,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"math"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -44,37 +48,12 @@ import (
 	"github.com/sluicehq/sluice/memstore"
 )
 
-// Policy is what a limit decides when Redis cannot answer.
-type Policy uint8
-
-const (
-	// FailOpen allows the request (the default: availability first).
-	FailOpen Policy = iota
-	// FailClosed rejects it, RetryAfter Options.FailClosedRetryAfter.
-	FailClosed
-	// FailLocal decides it in this process, at Quota/Instances and
-	// Burst/Instances, so that a fleet of Instances keeps roughly the limit.
-	FailLocal
-)
-
-// String returns "fail_open", "fail_closed" or "fail_local".
-func (p Policy) String() string {
-	switch p {
-	case FailOpen:
-		return "fail_open"
-	case FailClosed:
-		return "fail_closed"
-	case FailLocal:
-		return "fail_local"
-	}
-	return "policy(" + strconv.Itoa(int(p)) + ")"
-}
-
 // Options configures a Store. Client is required; every other zero field
 // means its documented default.
 type Options struct {
-	// Client talks to Redis: NewRueidis(rueidisClient), or
-	// goredis.New(goRedisClient). Required. The store does not close it.
+	// Client talks to Redis: a redisstore.Conn (redisstore.Dial),
+	// redisstore.NewRueidis(rueidisClient), goredis.New(goRedisClient), or
+	// any other driver. Required. The store does not close it.
 	Client Client
 
 	// Prefix starts every key. Default "sluice". At most 64 bytes, no '{'
@@ -95,17 +74,23 @@ type Options struct {
 	Timeout time.Duration
 
 	// Policy is what a limit decides when Redis cannot answer, unless
-	// Policies names it. Default FailOpen.
-	Policy Policy
+	// Policies names it. Default sluice.FailOpen. sluice.FailClosed
+	// rejects, RetryAfter FailClosedRetryAfter; sluice.FailLocal decides
+	// in this process, at the limit divided among Instances (see
+	// Instances). A value that is not one of the three is refused by New.
+	Policy sluice.FailurePolicy
 	// Policies sets the policy of limits by name.
-	Policies map[string]Policy
+	Policies map[string]sluice.FailurePolicy
 	// PolicyOf, when set, is asked for the policy of a limit that Policies
 	// does not name, when Redis fails (not before: it may change, as a
-	// reloaded configuration does); false means Policy. It must be fast
-	// and safe for concurrent use.
-	PolicyOf func(sluice.Limit) (Policy, bool)
+	// reloaded configuration does); false, or a policy that is not valid,
+	// means Policy. It must be fast and safe for concurrent use.
+	PolicyOf func(sluice.Limit) (sluice.FailurePolicy, bool)
 	// Instances is the number of processes sharing the limits, by which
-	// FailLocal divides them. Default 1.
+	// FailLocal divides them: a bucket's rate and burst, a window's
+	// quota, rounded down (to a millionth, a thousandth or a unit, the
+	// finest that makes a valid limit); a limit that cannot be divided
+	// stays whole. Default 1.
 	Instances int
 	// FailClosedRetryAfter is the RetryAfter of a FailClosed rejection.
 	// Default 1 s.
@@ -128,7 +113,8 @@ type Options struct {
 
 	// Logger receives the store's state changes, once per change, never
 	// per call: Redis unreachable (a call failed for want of Redis, or a
-	// Conn could not connect; Warn, with the error), Redis back (Info),
+	// ConnectionWatcher could not connect; Warn, with the error), Redis
+	// back (Info),
 	// the breaker opened (Warn) and closed (Info). Never a key. Default:
 	// discard.
 	Logger *slog.Logger
@@ -140,7 +126,7 @@ type Options struct {
 	TestNow func() time.Time
 }
 
-// Defaults.
+// The defaults of Options' zero fields.
 const (
 	DefaultPrefix               = "sluice"
 	DefaultTimeout              = 50 * time.Millisecond
@@ -149,7 +135,8 @@ const (
 	DefaultBreakerCooldown      = 200 * time.Millisecond
 )
 
-// Stats are counters of a Store's life.
+// Stats are counters of a Store's life. The fallback counters are named
+// for the sluice.FailurePolicy that decided.
 type Stats struct {
 	Calls          uint64 // script calls sent to Redis
 	NoScript       uint64 // NOSCRIPT replies, answered by sending the script (EVAL)
@@ -159,7 +146,7 @@ type Stats struct {
 	FailClosed     uint64 // decisions made by the FailClosed policy
 	FailLocal      uint64 // decisions made by the FailLocal policy
 	BreakerOpen    bool   // whether the breaker is open now
-	Unreachable    bool   // whether Redis is unreachable now: its last call (or a Conn's connection attempt) failed for want of Redis
+	Unreachable    bool   // whether Redis is unreachable now: its last call (or a ConnectionWatcher's connection attempt) failed for want of Redis
 	BreakerOpens   uint64 // times the breaker opened
 	DenyCacheHits  uint64 // rejections answered locally (DenyCache)
 	Compensations  uint64 // spends undone (or found already refilled) after a multi-limit call across hash slots was rejected
@@ -167,14 +154,17 @@ type Stats struct {
 	ChargesDropped uint64 // charges Redis could not take, under FailOpen or FailClosed
 }
 
-// Store is a Redis-backed sluice.Limiter. It is safe for concurrent use.
+// Store is a Redis-backed sluice.Limiter, sluice.Charger and
+// sluice.Inspector. It is safe for concurrent use. Decisions are made in
+// Redis, on Redis's clock; FailLocal's are made in process, on the local
+// clock.
 type Store struct {
 	client   Client
 	keys     keyer
 	timeout  time.Duration
-	policy   Policy
-	policies map[string]Policy
-	policyOf func(sluice.Limit) (Policy, bool)
+	policy   sluice.FailurePolicy
+	policies map[string]sluice.FailurePolicy
+	policyOf func(sluice.Limit) (sluice.FailurePolicy, bool)
 	fleet    int
 	closedRA time.Duration
 	testNow  func() time.Time
@@ -183,7 +173,7 @@ type Store struct {
 	local    *memstore.Store // FailLocal's limiter
 	log      *slog.Logger
 	down     atomic.Bool // Redis unreachable: see markDown
-	unwatch  func()      // stops a Conn's reports; nil for another Client
+	unwatch  func()      // stops a ConnectionWatcher's reports; nil for another Client
 
 	limitsMu sync.Mutex
 	limits   atomic.Pointer[map[sluice.Limit]*compiled]
@@ -202,50 +192,42 @@ type compiled struct {
 	ints      algo.Integers
 	limitPart string    // key prefix of the limit's states
 	argv      [9]string // the limit's fixed script parameters
-	policy    Policy
+	policy    sluice.FailurePolicy
 	// livePolicy: ask Options.PolicyOf at each failure (Policies does not
 	// name the limit).
 	livePolicy bool
 	local      sluice.Limit // the FailLocal limit
 }
 
-// policyFor is c's policy now.
-func (s *Store) policyFor(c *compiled) Policy {
-	if c.livePolicy {
-		if p, ok := s.policyOf(c.params.Limit); ok && p <= FailLocal {
-			return p
-		}
-	}
-	return c.policy
-}
-
-// New returns a Store.
+// New returns a Store on opts.Client. It makes no call to Redis: the
+// first decision loads the script (EVALSHA, then EVAL on NOSCRIPT). It
+// fails only on bad options, with an error that names the field.
 func New(opts Options) (*Store, error) {
 	if opts.Client == nil {
-		return nil, errors.New("redisstore: Options.Client is required (redisstore.NewRueidis or goredis.New)")
+		return nil, errors.New("redisscript: Options.Client is required (redisstore.Dial, redisstore.NewRueidis or goredis.New)")
 	}
 	prefix := cmp.Or(opts.Prefix, DefaultPrefix)
 	if len(prefix) > 64 || strings.ContainsAny(prefix, "{}") {
-		return nil, fmt.Errorf("redisstore: Prefix %q: at most 64 bytes, without '{' or '}'", prefix)
+		return nil, fmt.Errorf("redisscript: Prefix %q: at most 64 bytes, without '{' or '}'", prefix)
 	}
 	for _, d := range []struct {
 		name string
 		v    time.Duration
 	}{{"Timeout", opts.Timeout}, {"FailClosedRetryAfter", opts.FailClosedRetryAfter}, {"BreakerCooldown", opts.BreakerCooldown}} {
 		if d.v < 0 {
-			return nil, fmt.Errorf("redisstore: %s %v: must not be negative (0 means the default)", d.name, d.v)
+			return nil, fmt.Errorf("redisscript: %s %v: must not be negative (0 means the default)", d.name, d.v)
 		}
 	}
 	if opts.Instances < 0 || opts.BreakerFailures < 0 || opts.DenyCache < 0 {
-		return nil, fmt.Errorf("redisstore: Instances %d, BreakerFailures %d, DenyCache %d: must not be negative", opts.Instances, opts.BreakerFailures, opts.DenyCache)
+		return nil, fmt.Errorf("redisscript: Instances %d, BreakerFailures %d, DenyCache %d: must not be negative", opts.Instances, opts.BreakerFailures, opts.DenyCache)
 	}
 	for name, p := range opts.Policies {
-		if p > FailLocal {
-			return nil, fmt.Errorf("redisstore: Policies[%q] = %d: unknown policy", name, p)
+		if !p.Valid() {
+			return nil, fmt.Errorf("redisscript: Policies[%q]: %w %d", name, sluice.ErrUnknownFailurePolicy, uint8(p))
 		}
 	}
-	if opts.Policy > FailLocal {
-		return nil, fmt.Errorf("redisstore: Policy %d: unknown policy", opts.Policy)
+	if !opts.Policy.Valid() {
+		return nil, fmt.Errorf("redisscript: Policy: %w %d", sluice.ErrUnknownFailurePolicy, uint8(opts.Policy))
 	}
 	local, err := memstore.New(memstore.Options{})
 	if err != nil {
@@ -278,14 +260,15 @@ func New(opts Options) (*Store, error) {
 	}
 	empty := map[sluice.Limit]*compiled{}
 	s.limits.Store(&empty)
-	if w, ok := opts.Client.(interface{ watch(func(error)) func() }); ok {
-		s.unwatch = w.watch(s.connReport)
+	if w, ok := opts.Client.(ConnectionWatcher); ok {
+		s.unwatch = w.WatchConnection(s.connReport)
 	}
 	return s, nil
 }
 
 // Close releases the store's in-process resources (the FailLocal limiter)
-// and stops hearing a Conn's reports. It does not close the Client.
+// and stops hearing a ConnectionWatcher's reports. It does not close the
+// Client.
 // Idempotent.
 func (s *Store) Close() error {
 	if s.unwatch != nil {
@@ -294,7 +277,7 @@ func (s *Store) Close() error {
 	return s.local.Close()
 }
 
-// connReport hears a Conn's connection attempt: a failure is Redis
+// connReport hears a ConnectionWatcher's connection attempt: a failure is Redis
 // unreachable, a connection is Redis back.
 func (s *Store) connReport(err error) {
 	if err != nil {
@@ -335,11 +318,12 @@ func (s *Store) breakerChanged(open bool) {
 // the state like any call: a Ping that answers after an outage closes the
 // breaker and logs Redis back. For readiness checks.
 func (s *Store) Ping(ctx context.Context) error {
-	_, err := s.inspect(ctx, 'p', "ping", pingLimit)
+	_, err := s.inspect(ctx, opPeek, "ping", pingLimit)
 	return err
 }
 
-// pingLimit is the limit of Ping's state.
+// pingLimit is the limit of Ping's state (its name, kept from before the
+// core left redisstore, is part of a Redis key).
 var pingLimit = sluice.Limit{Name: "redisstore.ping", Quota: 1, Window: time.Second}
 
 // Stats returns the store's counters.
@@ -381,7 +365,7 @@ func (s *Store) Allow(ctx context.Context, key string, limit sluice.Limit, cost 
 		}
 	}
 	var res [1]result
-	if err := s.run(ctx, 'd', sluice.AllOrNothing, []request{r}, res[:]); err != nil {
+	if err := s.run(ctx, opDecide, sluice.AllOrNothing, []request{r}, res[:]); err != nil {
 		if !isOutage(err) {
 			return sluice.Decision{}, err
 		}
@@ -464,11 +448,11 @@ func (s *Store) Charge(ctx context.Context, key string, limit sluice.Limit, cost
 		return sluice.Decision{}, err
 	}
 	var res [1]result
-	if err := s.run(ctx, 'c', sluice.AllOrNothing, []request{r}, res[:]); err != nil {
+	if err := s.run(ctx, opCharge, sluice.AllOrNothing, []request{r}, res[:]); err != nil {
 		if !isOutage(err) {
 			return sluice.Decision{}, err
 		}
-		if s.policyFor(r.c) == FailLocal {
+		if s.policyFor(r.c) == sluice.FailLocal {
 			if d, err := s.local.Charge(ctx, key, r.c.local, cost); err == nil {
 				s.failLocal.Add(1)
 				d.Limit = limit
@@ -493,7 +477,8 @@ func (s *Store) Release(ctx context.Context, key string, limit sluice.Limit, tic
 	r.ticket = ticket
 	var res [1]result
 	_ = s.local.Release(ctx, key, r.c.local, ticket) // in case FailLocal granted it
-	if err := s.run(ctx, 'r', sluice.AllOrNothing, []request{r}, res[:]); err != nil {
+	// A release is an undo of the ticket's grant.
+	if err := s.run(ctx, opUndo, sluice.AllOrNothing, []request{r}, res[:]); err != nil {
 		return fmt.Errorf("%w (a slot not released frees itself after the limit's window)", err)
 	}
 	return nil
@@ -505,7 +490,7 @@ var _ sluice.Inspector = (*Store)(nil)
 // nothing; see sluice.Inspector. It has no failure policy: when Redis
 // cannot answer, the error says so.
 func (s *Store) Peek(ctx context.Context, key string, limit sluice.Limit) (sluice.State, error) {
-	return s.inspect(ctx, 'p', key, limit)
+	return s.inspect(ctx, opPeek, key, limit)
 }
 
 // Check decides a cost of nothing on key under limit: it spends nothing
@@ -522,7 +507,7 @@ func (s *Store) Check(ctx context.Context, key string, limit sluice.Limit) (slui
 		return sluice.Decision{}, err
 	}
 	var res [1]result
-	err := s.run(ctx, 'p', sluice.AllOrNothing, []request{r}, res[:])
+	err := s.run(ctx, opPeek, sluice.AllOrNothing, []request{r}, res[:])
 	switch {
 	case err == nil:
 		return sluice.Decision{Allowed: true, Limit: limit, Remaining: units.ToCost(res[0].remaining),
@@ -531,17 +516,17 @@ func (s *Store) Check(ctx context.Context, key string, limit sluice.Limit) (slui
 		return sluice.Decision{}, err
 	}
 	switch s.policyFor(r.c) {
-	case FailOpen:
+	case sluice.FailOpen:
 		s.failOpen.Add(1)
 		return sluice.Decision{Allowed: true, Limit: limit}, nil
-	case FailClosed:
+	case sluice.FailClosed:
 		s.failClosed.Add(1)
 		return sluice.Decision{Limit: limit, RetryAfter: s.closedRA}, nil
 	}
 	s.failLocal.Add(1)
 	st, err := s.local.Peek(ctx, key, r.c.local)
 	if err != nil {
-		return sluice.Decision{}, fmt.Errorf("redisstore: fail_local: %w", err)
+		return sluice.Decision{}, fmt.Errorf("redisscript: fail_local: %w", err)
 	}
 	return sluice.Decision{Allowed: true, Limit: limit, Remaining: st.Remaining, ResetAfter: st.ResetAfter}, nil
 }
@@ -549,118 +534,24 @@ func (s *Store) Check(ctx context.Context, key string, limit sluice.Limit) (slui
 // Reset forgets key's state under limit in Redis: it starts full. See
 // sluice.Inspector. (A state FailLocal keeps in process is not touched.)
 func (s *Store) Reset(ctx context.Context, key string, limit sluice.Limit) error {
-	_, err := s.inspect(ctx, 'x', key, limit)
+	_, err := s.inspect(ctx, opReset, key, limit)
 	return err
 }
 
-func (s *Store) inspect(ctx context.Context, op byte, key string, limit sluice.Limit) (sluice.State, error) {
+// inspect runs o, a peek or a reset, on key's state under limit.
+func (s *Store) inspect(ctx context.Context, o op, key string, limit sluice.Limit) (sluice.State, error) {
 	var r request
 	if err := s.resolve(&r, key, limit, 1); err != nil {
 		return sluice.State{}, err
 	}
 	var res [1]result
-	if err := s.run(ctx, op, sluice.AllOrNothing, []request{r}, res[:]); err != nil {
+	if err := s.run(ctx, o, sluice.AllOrNothing, []request{r}, res[:]); err != nil {
 		return sluice.State{}, err
 	}
-	if op == 'x' && s.deny != nil {
+	if o == opReset && s.deny != nil {
 		s.deny.forget(r.key) // its rejections no longer hold
 	}
 	return sluice.State{Remaining: units.ToCost(res[0].remaining), ResetAfter: time.Duration(res[0].reset) * time.Microsecond}, nil
-}
-
-// decideGroups runs one script per hash slot (one in all when the keys
-// share one, or on a single node), and undoes the spends of the others
-// when a Cluster call across slots is rejected.
-func (s *Store) decideGroups(ctx context.Context, rs []request, mode sluice.Mode, res []result) error {
-	groups := s.groups(rs)
-	if len(groups) == 1 {
-		return s.run(ctx, 'd', mode, rs, res)
-	}
-	// Across slots: each slot at once, then compensation. Each spend
-	// leaves a random stamp in a bucket's state, so that its undo can tell
-	// the state it wrote from one written since (by another call, or after
-	// the key expired and came back).
-	for i := range rs {
-		rs[i].stamp = rand.Int64N(1<<52) + 1 // exact in Lua's doubles
-	}
-	grouped := make([][]request, len(groups))
-	results := make([][]result, len(groups))
-	errs := make([]error, len(groups))
-	var wg sync.WaitGroup
-	for g, idx := range groups {
-		grouped[g] = make([]request, len(idx))
-		for j, i := range idx {
-			grouped[g][j] = rs[i]
-		}
-		results[g] = make([]result, len(idx))
-		wg.Go(func() { errs[g] = s.run(ctx, 'd', mode, grouped[g], results[g]) })
-	}
-	wg.Wait()
-	allowed := true
-	for g, idx := range groups {
-		for j, i := range idx {
-			res[i] = results[g][j]
-			allowed = allowed && (errs[g] != nil || res[i].allowed())
-		}
-	}
-	rejected := !allowed || errors.Join(errs...) != nil
-	if rejected {
-		// Undo what the answering slots spent, in AllOrNothing mode all of
-		// it, in RejectionsCount mode the concurrency slots only.
-		for g, idx := range groups {
-			if errs[g] != nil {
-				continue
-			}
-			var undo []request
-			var where []int
-			for j, i := range idx {
-				if r := results[g][j]; r.allowed() && !r.unspent() && (mode == sluice.AllOrNothing || rs[i].c.ints.Algorithm == sluice.Concurrency) {
-					u := grouped[g][j]
-					u.at = r.at
-					undo, where = append(undo, u), append(where, i)
-				}
-			}
-			if len(undo) == 0 {
-				continue
-			}
-			// The undo runs even if the caller has given up meanwhile: a
-			// spend left behind is capacity lost until it refills.
-			out := make([]result, len(undo))
-			if err := s.run(context.WithoutCancel(ctx), 'u', mode, undo, out); err == nil {
-				s.compensations.Add(uint64(len(undo)))
-				for k, i := range where {
-					out[k].flags |= flagAllowed // it would have fit
-					res[i] = out[k]
-				}
-			}
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// groups splits request indexes by hash slot, keeping their order; one
-// group off a Cluster.
-func (s *Store) groups(rs []request) [][]int {
-	all := make([]int, len(rs))
-	for i := range rs {
-		all[i] = i
-	}
-	if !s.client.Cluster() {
-		return [][]int{all}
-	}
-	var groups [][]int
-	var slots []uint16
-	for i, r := range rs {
-		g := 0
-		for g < len(slots) && slots[g] != r.slot {
-			g++
-		}
-		if g == len(slots) {
-			slots, groups = append(slots, r.slot), append(groups, nil)
-		}
-		groups[g] = append(groups[g], i)
-	}
-	return groups
 }
 
 // resolve validates one (key, limit, cost) and locates its state.
@@ -715,330 +606,4 @@ func (s *Store) compile(limit sluice.Limit) (*compiled, error) {
 	next[limit] = c
 	s.limits.Store(&next)
 	return c, nil
-}
-
-// scaleDown is limit divided among n processes, for FailLocal. A bucket
-// (TokenBucket, GCRA, LeakyBucket) keeps its quota over n windows, which
-// divides its rate exactly, and divides its burst; the other algorithms
-// divide their quota. Divided amounts are rounded down, to the limit's
-// resolution if the result is a valid limit, else to thousandths, else to
-// units, and are at least that step (whole units for SlidingLog and
-// Concurrency). A limit that cannot be divided into a valid one is kept
-// whole: each process then allows the whole limit while Redis is away.
-func scaleDown(l sluice.Limit, n int) sluice.Limit {
-	if n <= 1 {
-		return l
-	}
-	for _, perUnit := range []float64{1e6, 1e3, 1} {
-		if l.WholeUnits() && perUnit > 1 {
-			continue
-		}
-		div := func(v float64) float64 {
-			return max(1/perUnit, math.Floor(v/float64(n)*perUnit*(1+1e-12))/perUnit)
-		}
-		scaled := l
-		if l.HasBurst() && l.Window <= sluice.MaxWindow/time.Duration(n) {
-			scaled.Window = l.Window * time.Duration(n)
-			scaled.Burst = div(l.Capacity())
-		} else {
-			scaled.Quota = div(l.Quota)
-			if l.Burst != 0 {
-				scaled.Burst = div(l.Burst)
-			}
-		}
-		if l.DelayThreshold != 0 {
-			scaled.DelayThreshold = min(div(l.DelayThreshold), scaled.Capacity())
-		}
-		if scaled.Validate() == nil {
-			return scaled
-		}
-	}
-	return l
-}
-
-// result is one key's part of a script reply.
-type result struct {
-	flags     int64
-	remaining int64 // atoms
-	wait      int64 // µs, -1 never
-	reset     int64 // µs
-	at        int64 // µs: the instant decided
-}
-
-const (
-	flagAllowed = 1
-	flagClamped = 2
-	flagUnspent = 4 // the state as it is: nothing was spent (a rejected call's part that fit, an undo)
-)
-
-func (r result) allowed() bool { return r.flags&flagAllowed != 0 }
-func (r result) unspent() bool { return r.flags&flagUnspent != 0 }
-
-// run makes one script call for rs (which must share a hash slot on a
-// Cluster) and parses its reply into res. It applies the timeout and the
-// breaker; an error is an outage (see isOutage) or a reply that makes no
-// sense.
-func (s *Store) run(ctx context.Context, op byte, mode sluice.Mode, rs []request, res []result) error {
-	ok, probe := s.breaker.allow()
-	if !ok {
-		return errBreakerOpen
-	}
-	keys := make([]string, len(rs))
-	args := make([]string, 4, 4+scriptParams*len(rs))
-	args[0] = scriptProtocolArg
-	if s.testNow != nil {
-		args[1] = strconv.FormatInt(s.testNow().UnixMicro(), 10)
-	}
-	args[2] = string(op)
-	if op == 'r' {
-		args[2] = "u" // the script releases a ticket by undoing its grant
-	}
-	args[3] = "0"
-	if mode == sluice.RejectionsCount {
-		args[3] = "1"
-	}
-	for i, r := range rs {
-		keys[i] = r.key
-		args = append(args, r.c.argv[:]...)
-		args = append(args, costArg(r.cost), uintArg(r.ticket), intArg(r.at), intArg(r.stamp))
-	}
-	parent, budget := ctx, s.timeout // budget: the time Redis is given
-	if d, ok := ctx.Deadline(); ok && time.Until(d) <= s.timeout {
-		budget = time.Until(d)
-	} else {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.timeout)
-		defer cancel()
-	}
-	sc := scriptFor(rs)
-	s.calls.Add(1)
-	reply, err := s.client.EvalSHA(ctx, sc.sha, keys, args)
-	if re := (*ReplyError)(nil); errors.As(err, &re) && re.NoScript() {
-		s.noScript.Add(1)
-		reply, err = s.client.Eval(ctx, sc.src, keys, args)
-	}
-	if err != nil {
-		if callerDone(parent) {
-			// The caller's context ended first: its error, no policy. A
-			// cancel says nothing about Redis; a deadline that gave Redis at
-			// least half of Timeout is Redis's failure too, for the breaker
-			// (else callers that pass short deadlines would never open it).
-			if !errors.Is(parent.Err(), context.Canceled) && budget >= s.timeout/2 {
-				s.failures.Add(1)
-				s.timeouts.Add(1)
-				s.breaker.failure(probe)
-			} else {
-				s.breaker.release(probe)
-			}
-			return fmt.Errorf("%w: %w", errCallerDone, cmp.Or(parent.Err(), context.DeadlineExceeded))
-		}
-		if isOutage(err) {
-			s.failures.Add(1)
-			if errors.Is(err, context.DeadlineExceeded) {
-				s.timeouts.Add(1)
-			}
-			s.markDown(err)
-			s.breaker.failure(probe)
-		} else {
-			s.markUp()
-			s.breaker.success(probe) // Redis answered
-		}
-		return fmt.Errorf("redisstore: %w", err)
-	}
-	s.markUp()
-	s.breaker.success(probe)
-	return parseReply(op, reply, rs, res)
-}
-
-// costArg and the others format script arguments, sparing the allocation
-// of the usual values (a cost of one unit, no ticket, no instant).
-func costArg(atoms int64) string {
-	if atoms == units.PerCost {
-		return "1000000"
-	}
-	return strconv.FormatInt(atoms, 10)
-}
-
-func uintArg(v uint64) string {
-	if v == 0 {
-		return "0"
-	}
-	return strconv.FormatUint(v, 10)
-}
-
-func intArg(v int64) string {
-	if v == 0 {
-		return "0"
-	}
-	return strconv.FormatInt(v, 10)
-}
-
-// parseReply checks a script reply to op against the protocol and the
-// limits asked about, and fills res.
-func parseReply(op byte, reply []int64, rs []request, res []result) error {
-	bad := func(why string) error { return fmt.Errorf("%w: %s (reply %v)", ErrBadReply, why, truncated(reply)) }
-	if len(reply) != 2+replyValues*len(rs) {
-		return bad(fmt.Sprintf("%d values for %d keys", len(reply), len(rs)))
-	}
-	if reply[0] != scriptProtocol {
-		return bad(fmt.Sprintf("script protocol %d, want %d: an old or foreign script answered", reply[0], scriptProtocol))
-	}
-	for i, r := range rs {
-		v := reply[2+replyValues*i : 2+replyValues*(i+1)]
-		x := result{flags: v[0], remaining: v[1], wait: v[2], reset: v[3], at: v[4]}
-		decided := op == 'd' || op == 'c'
-		if x.flags < 0 || x.flags > 7 || x.remaining < 0 || x.remaining > r.c.ints.Cap || x.wait < -1 || x.reset < 0 ||
-			(x.allowed() && (x.wait == -1 || !decided)) ||
-			(decided && !x.allowed() && (x.unspent() || x.wait == 0 || (x.wait == -1) != (r.cost > r.c.ints.Cap))) ||
-			(!decided && (x.wait != 0 || !x.unspent())) || (op == 'c' && (!x.allowed() || x.unspent())) {
-			return bad(fmt.Sprintf("key %d: flags %d, remaining %d, wait %d, reset %d", i, x.flags, x.remaining, x.wait, x.reset))
-		}
-		res[i] = x
-	}
-	if op == 'd' {
-		// A part is left unspent only when another part rejects the call.
-		rejected, unspent := false, false
-		for _, x := range res[:len(rs)] {
-			rejected = rejected || !x.allowed()
-			unspent = unspent || x.unspent()
-		}
-		if unspent && !rejected {
-			return bad("a part left unspent in a call allowed whole")
-		}
-	}
-	return nil
-}
-
-func truncated(v []int64) []int64 {
-	if len(v) > 12 {
-		return v[:12]
-	}
-	return v
-}
-
-// decision turns a result into the sluice.Decision about r's limit.
-func (s *Store) decision(r *request, x result) (sluice.Decision, error) {
-	if x.flags&flagClamped != 0 {
-		s.clockBackwards.Add(1)
-	}
-	d := sluice.Decision{
-		Allowed:    x.allowed(),
-		Limit:      r.c.params.Limit,
-		Remaining:  units.ToCost(x.remaining),
-		ResetAfter: time.Duration(x.reset) * time.Microsecond,
-	}
-	switch {
-	case d.Allowed:
-		d.Delay = time.Duration(x.wait) * time.Microsecond
-		if r.c.ints.Algorithm == sluice.Concurrency && !x.unspent() {
-			d.Ticket = r.ticket
-		}
-	case x.wait == -1:
-		d.RetryAfter = sluice.Never
-		return d, r.c.params.NeverError(r.cost)
-	default:
-		d.RetryAfter = time.Duration(x.wait) * time.Microsecond
-	}
-	return d, nil
-}
-
-// callerDone reports whether ctx has ended, or its deadline has passed (a
-// client may time a call out on its own timer, a moment before ctx's
-// fires).
-func callerDone(ctx context.Context) bool {
-	if ctx.Err() != nil {
-		return true
-	}
-	d, ok := ctx.Deadline()
-	return ok && !time.Now().Before(d)
-}
-
-// errCallerDone: the caller's context ended before Redis answered. The
-// error goes back to the caller; no policy applies.
-var errCallerDone = errors.New("redisstore: the call's context ended before Redis answered")
-
-// errBreakerOpen: the breaker is open; no call was made.
-var errBreakerOpen = errors.New("redisstore: breaker open after repeated failures")
-
-// isOutage reports an error that means Redis could not answer (as opposed
-// to answering something wrong): the failure policy applies.
-func isOutage(err error) bool {
-	if errors.Is(err, errCallerDone) {
-		return false
-	}
-	if errors.Is(err, errBreakerOpen) {
-		return true
-	}
-	var re *ReplyError
-	if errors.As(err, &re) {
-		return re.Unavailable()
-	}
-	return !errors.Is(err, ErrBadReply)
-}
-
-// fallback decides reqs by their policies, Redis being unreachable. A
-// cost that can never fit is refused as it would be by Redis, whatever the
-// policy. FailLocal parts are decided by the in-process limiter, at the
-// limit divided among Instances; one too large for that share is rejected
-// as by FailClosed. When a part rejects the call (FailClosed, a cost that
-// never fits) the local parts are decided as part of a rejected call: in
-// AllOrNothing mode nothing is spent on them.
-func (s *Store) fallback(ctx context.Context, rs []request, reqs []sluice.Request, mode sluice.Mode) ([]sluice.Decision, error) {
-	ds := make([]sluice.Decision, len(rs))
-	var local []sluice.Request
-	var where []int
-	var errs []error
-	rejected := false
-	for i, r := range rs {
-		limit := r.c.params.Limit
-		closed := sluice.Decision{Limit: limit, RetryAfter: s.closedRA}
-		policy := s.policyFor(r.c)
-		switch {
-		case r.cost > r.c.ints.Cap:
-			ds[i], rejected = sluice.Decision{Limit: limit, RetryAfter: sluice.Never}, true
-			err := r.c.params.NeverError(r.cost)
-			if len(rs) > 1 {
-				err = fmt.Errorf("request %d: %w", i, err)
-			}
-			errs = append(errs, err)
-		case policy == FailOpen:
-			s.failOpen.Add(1)
-			ds[i] = sluice.Decision{Allowed: true, Limit: limit}
-		case policy == FailClosed:
-			s.failClosed.Add(1)
-			ds[i], rejected = closed, true
-		case reqs[i].Cost > r.c.local.Capacity():
-			s.failLocal.Add(1) // too large for this process's share
-			ds[i], rejected = closed, true
-		default:
-			s.failLocal.Add(1)
-			q := reqs[i]
-			q.Limit = r.c.local
-			local, where = append(local, q), append(where, i)
-		}
-	}
-	if len(local) > 0 {
-		if rejected {
-			// Decide the local parts within a call that is rejected.
-			local = append(local, rejectAll)
-		}
-		out := make([]sluice.Decision, len(local))
-		_, err := s.local.AllowAll(ctx, local, mode, out)
-		if err != nil && !rejected {
-			errs = append(errs, err)
-		}
-		for k, i := range where {
-			ds[i] = out[k]
-			ds[i].Limit = rs[i].c.params.Limit
-		}
-	}
-	return ds, errors.Join(errs...)
-}
-
-// rejectAll is a request that never fits, added to the local parts of a
-// call another part rejects.
-var rejectAll = sluice.Request{
-	Key:   "rejected",
-	Limit: sluice.Limit{Name: "redisstore.rejected", Quota: 1, Window: time.Second},
-	Cost:  2,
 }

@@ -1,4 +1,4 @@
-package redisstore_test
+package redisscript_test
 
 import (
 	"context"
@@ -11,12 +11,12 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/algo"
-	"github.com/sluicehq/sluice/redisstore"
+	"github.com/sluicehq/sluice/redisscript"
 )
 
 // serverClock records, for the call whose context carries a slot, the
 // instant the script decided at (Redis TIME, from the reply).
-type serverClock struct{ redisstore.Client }
+type serverClock struct{ redisscript.Client }
 
 type nowSlot struct{}
 
@@ -91,7 +91,7 @@ func tokenBucketModel(limit sluice.Limit) porcupine.Model {
 
 // record runs workers goroutines × ops calls on one key and returns the
 // history.
-func record(t *testing.T, s *redisstore.Store, key string, limit sluice.Limit, workers, ops int) []porcupine.Operation {
+func record(t *testing.T, s *redisscript.Store, key string, limit sluice.Limit, workers, ops int) []porcupine.Operation {
 	t.Helper()
 	start := time.Now()
 	var mu sync.Mutex
@@ -123,7 +123,7 @@ func record(t *testing.T, s *redisstore.Store, key string, limit sluice.Limit, w
 }
 
 func TestLinearizable(t *testing.T) {
-	s := newStore(t, redisstore.Options{Client: serverClock{sharedClient(t)}, Timeout: 5 * time.Second})
+	s := newStore(t, redisscript.Options{Client: serverClock{sharedClient(t)}, Timeout: 5 * time.Second})
 	for _, c := range []struct {
 		name           string
 		limit          sluice.Limit
@@ -164,7 +164,7 @@ func TestLinearizable(t *testing.T) {
 // ways a broken store would be — one admission too many, or two answers
 // that contradict their real-time order — is refused.
 func TestLinearizableCatchesBrokenHistories(t *testing.T) {
-	s := newStore(t, redisstore.Options{Client: serverClock{sharedClient(t)}, Timeout: 5 * time.Second})
+	s := newStore(t, redisscript.Options{Client: serverClock{sharedClient(t)}, Timeout: 5 * time.Second})
 	limit := sluice.Limit{Name: "lz-neg", Quota: 20, Window: time.Hour}
 	model := tokenBucketModel(limit)
 	history := record(t, s, unique(t, "k"), limit, 1, 20) // one caller: 20 allowed, in order

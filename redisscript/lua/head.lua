@@ -1,19 +1,30 @@
--- sluice: decisions for redisstore. Go composes this script from head.lua,
+-- sluice: decisions for redisscript. Go composes this script from head.lua,
 -- [bigint.lua,] each algorithm's decide and undo fragments spliced into
 -- main.lua. It mirrors internal/algo: every quantity is an integer below
 -- 2^53, so doubles compute exactly what Go computes.
 --
 -- KEYS: one state key per limit of the call.
--- ARGV: protocol, now (µs; "" for Redis TIME), op ("d" decide, "c" charge
--- one key, "u" undo or release, "p" peek, "x" reset), mode ("0" all or nothing, "1" rejections count), then 13
+-- ARGV: protocol, now (µs; "" for Redis TIME), op (one of OP_* below), mode
+-- ("0" all or nothing, "1" rejections count), then 13
 -- parameters per key: algorithm, capU, r, w, cap, quota, window, delayU,
 -- fills, cost, ticket, the instant of the spend to undo, and a stamp: the
 -- random mark a decision writes into a bucket's state (0: none; a call
 -- that may be undone has one), which its undo must find there.
--- Reply: protocol, now, then per key: flags (1 allowed, 2 clamped, 4 not
--- spent: a state reported as it is), remaining (atoms), wait (µs; -1
--- never), reset (µs), the instant decided.
+-- Reply: protocol, now, then per key: flags (ALLOWED, CLAMPED, UNSPENT
+-- below, added), remaining (atoms), wait (µs; NEVER), reset (µs), the
+-- instant decided.
 local PROTOCOL = "3"
+-- The ops (ARGV[3]), as Go names them (call.go).
+local OP_DECIDE = "d" -- decide the limits, spending what fits unless the call is rejected
+local OP_CHARGE = "c" -- spend one key's cost whatever its state holds, into a debt
+local OP_UNDO = "u"   -- give back a spend or a concurrency ticket, then report
+local OP_PEEK = "p"   -- report the states as they are
+local OP_RESET = "x"  -- forget the states, then report them (full)
+local op = ARGV[3]
+-- The reply's flags, as Go names them (reply.go).
+local ALLOWED = 1
+local CLAMPED = 2 -- the clock was behind the state: no refill
+local UNSPENT = 4 -- the state as it is: nothing spent
 if ARGV[1] ~= PROTOCOL then
   return redis.error_reply("sluice: script protocol " .. PROTOCOL .. ", client protocol " .. tostring(ARGV[1]))
 end

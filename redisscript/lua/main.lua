@@ -1,9 +1,9 @@
--- One limit, deciding or charging ("c": spend whatever the state holds,
--- into a debt; Go sends it only for the algorithms that carry one): the
+-- One limit, deciding or charging (OP_CHARGE: spend whatever the state
+-- holds, into a debt; Go sends it only for the algorithms that carry one): the
 -- usual call, spliced flat so that nothing but the algorithm runs (no
 -- function is defined on this path).
-local force = ARGV[3] == "c"
-if (ARGV[3] == "d" or force) and #KEYS == 1 then
+local force = op == OP_CHARGE
+if (op == OP_DECIDE or force) and #KEYS == 1 then
   local alg, capU, r, w, cap = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
   local quota, window, delayU, fills = tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(ARGV[13])
   local cost, ticket = tonumber(ARGV[14]), ARGV[15]
@@ -17,9 +17,9 @@ if (ARGV[3] == "d" or force) and #KEYS == 1 then
   local allowed, clamped, remaining, wait, reset, next, at, expire = false, false, 0, 0, 0, nil, now, nil
   --@DECIDE@
   local flags = 0
-  if clamped then flags = 2 end
+  if clamped then flags = CLAMPED end
   if allowed then
-    flags = flags + 1
+    flags = flags + ALLOWED
     if expire == nil or expire <= now then
       redis.call("DEL", KEYS[1])
     else
@@ -74,7 +74,7 @@ local function put(flags, remaining, wait, reset, at)
 end
 
 local n = #KEYS
-if ARGV[3] == "d" then
+if op == OP_DECIDE then
   local states, outs, all = {}, {}, true
   for i = 1, n do
     states[i] = load(KEYS[i])
@@ -85,20 +85,20 @@ if ARGV[3] == "d" then
   for i = 1, n do
     local o = outs[i]
     local clamped = 0
-    if o[2] then clamped = 2 end
+    if o[2] then clamped = CLAMPED end
     if o[1] and (all or (rc and o[9] ~= 6)) then
       store(KEYS[i], o[6], o[8])
-      put(1 + clamped, o[3], o[4], o[5], o[7])
+      put(ALLOWED + clamped, o[3], o[4], o[5], o[7])
     elseif o[1] then
       -- It would have fit, but the call was rejected: nothing is spent.
       local _, pc, remaining, _, reset, _, at = decide(i, states[i], true)
-      if pc then clamped = 2 else clamped = 0 end
-      put(5 + clamped, remaining, 0, reset, at)
+      if pc then clamped = CLAMPED else clamped = 0 end
+      put(ALLOWED + UNSPENT + clamped, remaining, 0, reset, at)
     else
       put(clamped, o[3], o[4], o[5], o[7])
     end
   end
-elseif ARGV[3] == "u" then
+elseif op == OP_UNDO then
   -- Undo a spend (the compensation of a call across hash slots) or
   -- release a concurrency ticket, then report the state as it is.
   -- undo takes back key i's spend (its cost, at instant uat, or its
@@ -118,25 +118,25 @@ elseif ARGV[3] == "u" then
     end
     local _, pc, remaining, _, reset, _, at = decide(i, s, true)
     local clamped = 0
-    if pc then clamped = 2 end
-    put(4 + clamped, remaining, 0, reset, at)
+    if pc then clamped = CLAMPED end
+    put(UNSPENT + clamped, remaining, 0, reset, at)
   end
-elseif ARGV[3] == "p" or ARGV[3] == "x" then
-  -- Peek at the states as they are ("p"), or forget them first ("x": a
-  -- reset, after which each key is full).
+elseif op == OP_PEEK or op == OP_RESET then
+  -- Peek at the states as they are, or forget them first (a reset, after
+  -- which each key is full).
   for i = 1, n do
     local s = nil
-    if ARGV[3] == "x" then
+    if op == OP_RESET then
       redis.call("DEL", KEYS[i])
     else
       s = load(KEYS[i])
     end
     local _, pc, remaining, _, reset, _, at = decide(i, s, true)
     local clamped = 0
-    if pc then clamped = 2 end
-    put(4 + clamped, remaining, 0, reset, at)
+    if pc then clamped = CLAMPED end
+    put(UNSPENT + clamped, remaining, 0, reset, at)
   end
 else
-  return redis.error_reply("sluice: unknown op " .. tostring(ARGV[3]))
+  return redis.error_reply("sluice: unknown op " .. tostring(op))
 end
 return reply

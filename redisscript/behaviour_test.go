@@ -1,4 +1,4 @@
-package redisstore_test
+package redisscript_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/redisscript"
 	"github.com/sluicehq/sluice/redisstore"
 )
 
@@ -20,7 +21,7 @@ var ctx = context.Background()
 // can also tamper with what goes out or comes back, to play a misbehaving
 // client or server.
 type counting struct {
-	redisstore.Client
+	redisscript.Client
 	calls  atomic.Int64
 	argv   func([]string) []string
 	answer func([]int64) []int64
@@ -50,10 +51,15 @@ func (c *counting) Eval(ctx context.Context, script string, keys, args []string)
 	return v, err
 }
 
-func sharedClient(t *testing.T) redisstore.Client {
+func sharedClient(t *testing.T) redisscript.Client {
 	t.Helper()
 	return redisstore.NewRueidis(newRueidis(t, redistest.Addr(t)))
 }
+
+// patient is the Timeout of the tests that are not about timeouts: long
+// enough that a loaded machine (the -race suite, other packages' tests at
+// once) never turns a slow answer into a policy decision.
+const patient = 5 * time.Second
 
 // unique is a key unique to this test run.
 func unique(t *testing.T, k string) string {
@@ -65,7 +71,7 @@ func unique(t *testing.T, k string) string {
 func TestOneRoundTripPerDecision(t *testing.T) {
 	t.Parallel()
 	c := &counting{Client: sharedClient(t)}
-	s := newStore(t, redisstore.Options{Client: c})
+	s := newStore(t, redisscript.Options{Client: c, Timeout: patient})
 	limit := sluice.Limit{Name: "rt", Quota: 10, Window: time.Minute}
 	key := unique(t, "k")
 	s.Allow(ctx, key, limit, 1) // the script is loaded now, if it was not
@@ -90,7 +96,7 @@ func TestOneRoundTripPerDecision(t *testing.T) {
 func TestBadInputMakesNoCall(t *testing.T) {
 	t.Parallel()
 	c := &counting{Client: sharedClient(t)}
-	s := newStore(t, redisstore.Options{Client: c})
+	s := newStore(t, redisscript.Options{Client: c})
 	good := sluice.Limit{Name: "good", Quota: 5, Window: time.Second}
 	for _, call := range []struct {
 		key   string
@@ -131,7 +137,7 @@ func TestGarbageIsAnError(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			c.client.Client = sharedClient(t)
-			s := newStore(t, redisstore.Options{Client: c.client})
+			s := newStore(t, redisscript.Options{Client: c.client, Timeout: patient})
 			d, err := s.Allow(ctx, unique(t, "k"), limit, 1)
 			if err == nil || d.Allowed || !strings.Contains(err.Error(), c.says) {
 				t.Fatalf("(%+v, %v); want an error saying %q and no allow", d, err, c.says)
@@ -140,7 +146,7 @@ func TestGarbageIsAnError(t *testing.T) {
 	}
 	// A key that holds something else than a state: Redis's own error.
 	rc := newRueidis(t, redistest.Addr(t))
-	s := newStore(t, redisstore.Options{Client: redisstore.NewRueidis(rc), Prefix: "garbage"})
+	s := newStore(t, redisscript.Options{Client: redisstore.NewRueidis(rc), Prefix: "garbage", Timeout: patient})
 	key := unique(t, "k")
 	// The state key of (limit, key): found by deciding once, then spoiled.
 	s.Allow(ctx, key, limit, 1)
@@ -161,7 +167,7 @@ func TestKeyHMAC(t *testing.T) {
 	t.Parallel()
 	rc := newRueidis(t, redistest.Addr(t))
 	prefix := fmt.Sprintf("hmac%d", time.Now().UnixNano())
-	s := newStore(t, redisstore.Options{Client: redisstore.NewRueidis(rc), Prefix: prefix, KeyHMAC: []byte("secret")})
+	s := newStore(t, redisscript.Options{Client: redisstore.NewRueidis(rc), Prefix: prefix, KeyHMAC: []byte("secret"), Timeout: patient})
 	identity := "alice@example.com"
 	limit := sluice.Limit{Name: "h", Quota: 1, Window: time.Minute}
 	if d, _ := s.Allow(ctx, identity, limit, 1); !d.Allowed {
@@ -188,7 +194,7 @@ func TestCrossSlotRejectionIsUndone(t *testing.T) {
 	nodes := redistest.StartCluster(t, 3)
 	addrs := []string{nodes[0].Addr(), nodes[1].Addr(), nodes[2].Addr()}
 	frozen := time.Now()
-	s := newStore(t, redisstore.Options{Client: redisstore.NewRueidis(newRueidis(t, addrs...)), TestNow: func() time.Time { return frozen }})
+	s := newStore(t, redisscript.Options{Client: redisstore.NewRueidis(newRueidis(t, addrs...)), TestNow: func() time.Time { return frozen }, Timeout: patient})
 	perIP := sluice.Limit{Name: "ip", Quota: 1, Window: time.Hour}
 	perUser := sluice.Limit{Name: "user", Quota: 5, Window: time.Hour}
 	slots := sluice.Limit{Name: "slots", Algorithm: sluice.Concurrency, Quota: 1, Window: time.Hour}

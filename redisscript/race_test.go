@@ -1,4 +1,4 @@
-package redisstore_test
+package redisscript_test
 
 import (
 	"bufio"
@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/redisscript"
 	"github.com/sluicehq/sluice/redisstore"
 )
 
@@ -116,7 +117,7 @@ func TestRaceChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rc.Close()
-	store, err := redisstore.New(redisstore.Options{Client: redisstore.NewRueidis(rc), Timeout: 5 * time.Second})
+	store, err := redisscript.New(redisscript.Options{Client: redisstore.NewRueidis(rc), Timeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +158,7 @@ func TestRaceChild(t *testing.T) {
 
 // take is one attempt: the store's atomic script, or the seed's
 // read-then-write on a shared counter (two round trips, nothing atomic).
-func take(ctx context.Context, variant string, store *redisstore.Store, rc rueidis.Client, key string, limit sluice.Limit) bool {
+func take(ctx context.Context, variant string, store *redisscript.Store, rc rueidis.Client, key string, limit sluice.Limit) bool {
 	if variant == "script" {
 		d, err := store.Allow(ctx, key, limit, 1)
 		return err == nil && d.Allowed

@@ -1,4 +1,4 @@
-package redisstore
+package redisscript_test
 
 import (
 	"context"
@@ -13,6 +13,8 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/limittest"
+	"github.com/sluicehq/sluice/redisscript"
+	"github.com/sluicehq/sluice/redisstore"
 )
 
 // interleaving is a Client that plays a Cluster on one node (so that a
@@ -22,7 +24,7 @@ import (
 // the script without its guard (every spend given back), the negative
 // control.
 type interleaving struct {
-	Client
+	redisscript.Client
 	before func()
 	naive  func(src string) string
 	once   sync.Once
@@ -31,14 +33,14 @@ type interleaving struct {
 func (c *interleaving) Cluster() bool { return true }
 
 func (c *interleaving) EvalSHA(ctx context.Context, sha string, keys, args []string) ([]int64, error) {
-	if args[2] != "u" {
+	if args[2] != redisscript.OpUndo {
 		return c.Client.EvalSHA(ctx, sha, keys, args)
 	}
 	c.once.Do(c.before)
 	if c.naive != nil {
-		for _, sc := range perAlgorithm {
-			if sc.sha == sha {
-				return c.Client.Eval(ctx, c.naive(sc.src), keys, args)
+		for alg := sluice.TokenBucket; alg <= sluice.Concurrency; alg++ {
+			if src, algSHA := redisscript.ScriptOf(alg); algSHA == sha {
+				return c.Client.Eval(ctx, c.naive(src), keys, args)
 			}
 		}
 	}
@@ -80,15 +82,15 @@ func TestUndoAfterAnotherWrite(t *testing.T) {
 		} {
 			t.Run(fmt.Sprintf("%v/between=%s/naive=%v", alg, c.between, c.naive), func(t *testing.T) {
 				t.Parallel()
-				if !strings.Contains(perAlgorithm[alg].src, guard) {
+				if src, _ := redisscript.ScriptOf(alg); !strings.Contains(src, guard) {
 					t.Fatalf("the %v undo has no guard %q", alg, guard)
 				}
 				clock := limittest.NewClock(time.Now().Truncate(time.Hour))
-				client := &interleaving{Client: NewRueidis(rc)}
+				client := &interleaving{Client: redisstore.NewRueidis(rc)}
 				if c.naive {
 					client.naive = func(src string) string { return strings.Replace(src, guard, "if true then", 1) }
 				}
-				s, err := New(Options{Client: client, TestNow: clock.Now})
+				s, err := redisscript.New(redisscript.Options{Client: client, TestNow: clock.Now})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -110,7 +112,7 @@ func TestUndoAfterAnotherWrite(t *testing.T) {
 					// holds that one.
 					clock.Add(10 * time.Second)
 					if c.between == "expired" {
-						stateKey, _ := s.keys.stateKey(s.limitPart(t, limit), key)
+						stateKey, _ := stateKeyOf(t, s, limit, key)
 						if err := rc.Do(ctx, rc.B().Del().Key(stateKey).Build()).Error(); err != nil {
 							t.Error(err)
 						}
@@ -120,7 +122,7 @@ func TestUndoAfterAnotherWrite(t *testing.T) {
 					}
 				}
 				reqs := []sluice.Request{{Key: key, Limit: limit, Cost: 1}, {Key: key + "/b", Limit: blocker, Cost: 1}}
-				if _, slot := s.keys.stateKey(s.limitPart(t, limit), key); slot == s.slotOf(t, blocker, key+"/b") {
+				if _, slot := stateKeyOf(t, s, limit, key); slot == slotOf(t, s, blocker, key+"/b") {
 					t.Fatal("the two keys share a hash slot: no compensation to test")
 				}
 				if d, err := s.AllowAll(ctx, reqs, sluice.AllOrNothing, nil); err != nil || d.Allowed {
@@ -145,17 +147,19 @@ func TestUndoAfterAnotherWrite(t *testing.T) {
 	}
 }
 
-// limitPart and slotOf locate a limit's states, for the test's check that
+// stateKeyOf and slotOf locate a limit's states, for the test's check that
 // its keys fall in different slots.
-func (s *Store) limitPart(t *testing.T, l sluice.Limit) string {
-	c, err := s.compile(l)
+func stateKeyOf(t *testing.T, s *redisscript.Store, l sluice.Limit, key string) (string, uint16) {
+	t.Helper()
+	k, slot, err := s.StateKey(l, key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return c.limitPart
+	return k, slot
 }
 
-func (s *Store) slotOf(t *testing.T, l sluice.Limit, key string) uint16 {
-	_, slot := s.keys.stateKey(s.limitPart(t, l), key)
+func slotOf(t *testing.T, s *redisscript.Store, l sluice.Limit, key string) uint16 {
+	t.Helper()
+	_, slot := stateKeyOf(t, s, l, key)
 	return slot
 }

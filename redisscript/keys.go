@@ -1,4 +1,4 @@
-package redisstore
+package redisscript
 
 import (
 	"crypto/hmac"
