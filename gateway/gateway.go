@@ -242,7 +242,7 @@ func (g *Gateway) openStore(cfg *config.File) (sluice.Limiter, error) {
 			return nil, fmt.Errorf("gateway: memory store: %w", err)
 		}
 		g.closers = append(g.closers, s.Close)
-		return s, g.metrics.RegisterMemory(s)
+		return s, g.metrics.RegisterMemory(func() metrics.MemoryStats { return metrics.MemoryStats(s.Stats()) })
 	}
 	r := cfg.Store.Redis
 	// Connected in the background: a Redis down at start is an outage
@@ -271,7 +271,7 @@ func (g *Gateway) openStore(cfg *config.File) (sluice.Limiter, error) {
 	}
 	g.closers = append(g.closers, s.Close)
 	g.redis = s
-	return s, g.metrics.RegisterRedis(s)
+	return s, g.metrics.RegisterRedis(func() metrics.RedisStats { return metrics.RedisStats(s.Stats()) })
 }
 
 // readyz answers 200 when the gateway may take traffic, 503 when it has a

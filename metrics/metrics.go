@@ -3,9 +3,17 @@
 // times them, and keeps the heaviest tenants — by the cost they spent and
 // by the number of their rejections, never by a cost they asked for and
 // were refused — in bounded sketches (package topk) for an operator's view
-// of concentration (TopTenants, TenantsHandler); and collectors that export a store's own counters
-// (fallbacks, failures, breaker, evictions) at scrape time.
-// RegisterPace exports a client-side pace.Transport's pacing and retries.
+// of concentration (TopTenants, TenantsHandler); and collectors that export
+// a component's own counters at scrape time: a store's (RegisterRedis,
+// RegisterMemory: fallbacks, failures, breaker, evictions) and a
+// client-side target's pacing and retries (RegisterPace).
+//
+// Collectors take the stats they read: each is given a function returning
+// a snapshot struct of this package (RedisStats, MemoryStats, PaceStats),
+// so metrics imports no store and no client, and a program compiles only
+// the components it uses. Counters of the services themselves have small
+// types of their own (Refused, Reloads), so no other package of sluice
+// imports client_golang.
 package metrics
 
 import (
@@ -118,8 +126,9 @@ func New(opts Options) (*Metrics, error) {
 	return m, nil
 }
 
-// Registry is where the metrics are registered: register a store's
-// collector (Redis, Memory) there too.
+// Registry is where the metrics are registered, the collectors of
+// RegisterRedis, RegisterMemory, RegisterPace, RegisterRefused and
+// RegisterReloads included.
 func (m *Metrics) Registry() *prometheus.Registry { return m.registry }
 
 // Handler serves the registry in the Prometheus text format.

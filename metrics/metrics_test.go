@@ -112,7 +112,7 @@ func TestHandlerServesStoreCounters(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	if err := m.RegisterMemory(store); err != nil {
+	if err := m.RegisterMemory(func() metrics.MemoryStats { return metrics.MemoryStats(store.Stats()) }); err != nil {
 		t.Fatal(err)
 	}
 	m.Observe(enforce.Event{Rule: "r", Outcome: enforce.Rejected})

@@ -44,13 +44,13 @@ func TestNamespaces(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(tr.Pacer().Close)
-		if err := m.RegisterMemory(mem); err != nil {
+		if err := m.RegisterMemory(func() metrics.MemoryStats { return metrics.MemoryStats(mem.Stats()) }); err != nil {
 			t.Fatalf("%s: RegisterMemory: %v", ns, err)
 		}
-		if err := m.RegisterRedis(rs); err != nil {
+		if err := m.RegisterRedis(func() metrics.RedisStats { return metrics.RedisStats(rs.Stats()) }); err != nil {
 			t.Fatalf("%s: RegisterRedis: %v", ns, err)
 		}
-		if err := m.RegisterPace("api", tr); err != nil {
+		if err := m.RegisterPace("api", paceStats(tr)); err != nil {
 			t.Fatalf("%s: RegisterPace: %v", ns, err)
 		}
 	}

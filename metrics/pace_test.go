@@ -47,7 +47,7 @@ func TestRegisterPace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := m.RegisterPace("api.example.com:443", tr); err != nil {
+	if err := m.RegisterPace("api.example.com:443", paceStats(tr)); err != nil {
 		t.Fatal(err)
 	}
 
@@ -99,6 +99,20 @@ func TestRegisterPace(t *testing.T) {
 	}
 }
 
+// paceStats reads a pace.Transport's stats as RegisterPace takes them.
+func paceStats(tr *pace.Transport) func() metrics.PaceStats {
+	return func() metrics.PaceStats {
+		s := tr.Stats()
+		return metrics.PaceStats{
+			Requests: s.Requests, Tries: s.Tries, Retries: s.Retries, Throttled: s.Throttled, Failures: s.Failures,
+			RetryAfterCapped: s.RetryAfterCapped, BudgetSpent: s.BudgetSpent, GaveUp: s.GaveUp,
+			EffectiveRate: s.Pacer.EffectiveRate, Rate: s.Pacer.Rate, Queued: s.Pacer.Queued, InFlight: s.Pacer.InFlight,
+			Waited: s.Pacer.Waited, Granted: s.Pacer.Granted, Holds: s.Pacer.Holds, Learned: s.Pacer.Learned,
+			Breaker: s.Breaker.State.String(), BreakerOpens: s.Breaker.Opens, BreakerRejected: s.Breaker.Rejected,
+		}
+	}
+}
+
 // scrapePace gathers reg and returns the value of every sluice_pace_ series
 // labelled target=target, by metric name.
 func scrapePace(t *testing.T, reg *prometheus.Registry, target string) map[string]float64 {
@@ -144,7 +158,7 @@ func TestRegisterPaceRateLimitInf(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := m.RegisterPace("t", tr); err != nil {
+	if err := m.RegisterPace("t", paceStats(tr)); err != nil {
 		t.Fatal(err)
 	}
 	if g := scrapePace(t, reg, "t")["sluice_pace_rate_limit"]; !math.IsInf(g, 1) {
@@ -158,12 +172,12 @@ func TestRegisterPaceRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	newTransport := func() *pace.Transport {
+	newTransport := func() func() metrics.PaceStats {
 		tr, err := pace.NewTransport(pace.TransportOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		return tr
+		return paceStats(tr)
 	}
 	for _, name := range []string{"", strings.Repeat("a", 65), "a b", "a/b", `a"b`, "a\nb", "é", "a{b}"} {
 		if err := m.RegisterPace(name, newTransport()); !errors.Is(err, metrics.ErrInvalidTarget) {
@@ -176,7 +190,7 @@ func TestRegisterPaceRefused(t *testing.T) {
 		}
 	}
 	if err := m.RegisterPace("ok", nil); err == nil {
-		t.Error("RegisterPace with a nil Transport accepted")
+		t.Error("RegisterPace with nil stats accepted")
 	}
 	if err := m.RegisterPace("api.example.com:443", newTransport()); err == nil || !strings.Contains(err.Error(), `"api.example.com:443"`) {
 		t.Errorf("second Transport under one name: %v, want an error naming it", err)

@@ -257,7 +257,7 @@ func (s *Server) openStore() (sluice.Limiter, error) {
 			return nil, fmt.Errorf("server: memory store: %w", err)
 		}
 		s.closers = append(s.closers, m.Close)
-		return m, s.metrics.RegisterMemory(m)
+		return m, s.metrics.RegisterMemory(func() metrics.MemoryStats { return metrics.MemoryStats(m.Stats()) })
 	}
 	// Connected in the background: a Redis down at start is an outage
 	// the policies decide, until it appears.
@@ -276,7 +276,7 @@ func (s *Server) openStore() (sluice.Limiter, error) {
 	}
 	s.closers = append(s.closers, st.Close)
 	s.redis = st
-	return st, s.metrics.RegisterRedis(st)
+	return st, s.metrics.RegisterRedis(func() metrics.RedisStats { return metrics.RedisStats(st.Stats()) })
 }
 
 // failsClosed reports whether a limit in force fails closed when Redis
