@@ -51,7 +51,7 @@ func (s *suite) concurrency(t *testing.T) {
 // clockBackwards: a store that reads a clock does not fail when it steps
 // back; it decides at the latest instant the key has seen (no refill).
 // GCRA needs no clamp: an earlier instant only means less capacity. (The
-// pure token bucket refuses such time, as the seed demands: see
+// pure token bucket refuses such time with algo.ErrClockBackwards: see
 // internal/algo.)
 func (s *suite) clockBackwards(t *testing.T) {
 	t.Parallel()

@@ -1,11 +1,12 @@
 // Package limittest is the conformance suite of sluice.Limiter: every store
 // (memstore, redisstore, …) must pass Run unchanged.
 //
-// The suite drives a store through exact timelines on a fake clock (the
-// seed's examples, x/time/rate's published tables), checks several limits
-// per request, compares the store with the pure algorithms and with
-// x/time/rate on random traces, races 64 goroutines for the last tokens of
-// a key, and feeds it bad input.
+// The suite drives a store through exact timelines on a fake clock (each
+// algorithm's worked examples, such as a bucket of 5 refilled at 2 per second
+// admitting 5 at once and then one every 500 ms, and x/time/rate's published
+// tables), checks several limits per request, compares the store with the
+// pure algorithms and with x/time/rate on random traces, races 64 goroutines
+// for the last tokens of a key, and feeds it bad input.
 package limittest
 
 import (

@@ -11,7 +11,7 @@ import (
 	"github.com/sluicehq/sluice"
 )
 
-// naiveLimiter is the negative control of the race: the seed's
+// naiveLimiter is the negative control of the race: a naive
 // read-then-write on a shared counter, with a yield standing for the round
 // trip between the read and the write.
 type naiveLimiter struct {

@@ -80,7 +80,7 @@ func lim(name string, alg sluice.Algorithm, quota float64, window time.Duration,
 // Timelines are the conformance tables.
 var Timelines = []Timeline{
 	{
-		// The seed: B=5, r=2/s: five at t=0 pass, the sixth fails; after
+		// B=5, r=2/s: five at t=0 pass, the sixth fails; after
 		// 0.5 s one token has returned: one passes, the next fails.
 		Name:  "seed/token_bucket_B5_r2",
 		Limit: lim("seed", sluice.TokenBucket, 2, s1, 5),
@@ -93,7 +93,7 @@ var Timelines = []Timeline{
 		},
 	},
 	{
-		// The seed: B=8, r=1/s: eight at t=0 exhaust the bucket; at t=3 s
+		// B=8, r=1/s: eight at t=0 exhaust the bucket; at t=3 s
 		// exactly three unit requests pass.
 		Name:  "seed/token_bucket_B8_r1",
 		Limit: lim("seed", sluice.TokenBucket, 1, s1, 8),
@@ -105,7 +105,7 @@ var Timelines = []Timeline{
 		},
 	},
 	{
-		// The seed: a long idle never refills past B.
+		// A long idle never refills past B.
 		Name:  "seed/idle_never_refills_past_burst",
 		Limit: lim("seed", sluice.TokenBucket, 2, s1, 5),
 		Steps: []Step{
@@ -116,7 +116,7 @@ var Timelines = []Timeline{
 		},
 	},
 	{
-		// The seed: a fractional cost of 2.5.
+		// A fractional cost of 2.5.
 		Name:  "seed/fractional_cost",
 		Limit: lim("seed", sluice.TokenBucket, 2, s1, 5),
 		Steps: []Step{
@@ -141,7 +141,7 @@ var Timelines = []Timeline{
 		},
 	},
 	{
-		// The seed: a fixed window of 10 per minute admits 10 at 00:59.9 and
+		// A fixed window of 10 per minute admits 10 at 00:59.9 and
 		// 10 more at 01:00.1 — twenty in 200 ms, both windows within quota
 		// (the documented weakness).
 		Name:  "seed/fixed_window_boundary",
@@ -154,7 +154,7 @@ var Timelines = []Timeline{
 		},
 	},
 	{
-		// The seed: the sliding log, a true moving count over 60 s, rejects
+		// The sliding log, a true moving count over 60 s, rejects
 		// the second ten until the first ten leave the window.
 		Name:  "seed/sliding_log_boundary",
 		Limit: lim("seed", sluice.SlidingLog, 10, time.Minute, 0),

@@ -1,7 +1,8 @@
 // Package pace is the client side of a rate limit: it sends work to a
 // limited target at a controlled pace, instead of firing everything and
-// retrying what the target refuses (the seed's 10,000 records that become
-// 30,000 sends).
+// retrying what the target refuses: 10,000 records for a target that allows
+// 100 per second, fired at once and retried on failure, become several times
+// as many sends; paced, they are 10,000 sends.
 //
 //   - Pacer releases work in first-come, first-served order when its cost fits
 //     every limit: the target's known limits (several windows at once, on the

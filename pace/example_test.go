@@ -44,7 +44,10 @@ func ExamplePacer() {
 // RateLimit-Policy and RateLimit fields of the first answer (here sluice's
 // own middleware, 1 per second), and waits instead of collecting a 429.
 func ExampleTransport() {
-	store, _ := memstore.New(memstore.Options{})
+	// A clock read at every decision: the default coarse clock runs late on
+	// a starved machine, and the second request comes the instant the
+	// first one's token is back.
+	store, _ := memstore.New(memstore.Options{ClockResolution: -1})
 	defer store.Close()
 	mw, err := httplimit.New(httplimit.Options{
 		Limiter: store,

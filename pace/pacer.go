@@ -15,7 +15,8 @@ import (
 )
 
 // DefaultSlice is the default Options.Slice: work is released in slices of
-// 200 ms, the seed's "20 every 200 ms rather than 100 each second".
+// 200 ms, so a limit of 100 per second releases 20 every 200 ms rather than
+// 100 each second.
 const DefaultSlice = 200 * time.Millisecond
 
 // Errors of a Pacer.
@@ -91,6 +92,7 @@ type Pacer struct {
 	creditAt  time.Time // when they were granted
 	queue     []*Reservation
 	timer     *time.Timer
+	timerAt   time.Time // when timer fires; zero once it has
 	closed    bool
 
 	meter rateMeter
@@ -685,8 +687,15 @@ var closed = func() chan struct{} {
 	return c
 }()
 
-// arm makes the timer fire in d.
+// arm makes the timer fire in d. A timer armed for that instant already is
+// left alone: resetting a pending timer costs the runtime a scan of every
+// timer of the process when it comes due.
 func (p *Pacer) arm(d time.Duration) {
+	at := time.Now().Add(d)
+	if p.timer != nil && at.Equal(p.timerAt) {
+		return
+	}
+	p.timerAt = at
 	if p.timer == nil {
 		p.timer = time.AfterFunc(d, p.fire)
 		return
@@ -697,6 +706,7 @@ func (p *Pacer) arm(d time.Duration) {
 func (p *Pacer) fire() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.timerAt = time.Time{}
 	if !p.closed {
 		p.pumpLocked()
 	}

@@ -224,6 +224,7 @@ func TestConfiguredLimit(t *testing.T) {
 		if res.rateError > 0.01 {
 			t.Errorf("rate error %.2f %%, want ≤ 1 %%", 100*res.rateError)
 		}
+		checkFigures(t, "TestConfiguredLimit", res)
 	})
 }
 
@@ -249,6 +250,7 @@ func TestLearnsFromRateLimitFields(t *testing.T) {
 		if share > 0.01 {
 			t.Errorf("429 share after two windows %.2f %%, want ≤ 1 %%", 100*share)
 		}
+		checkFigures(t, "TestLearnsFromRateLimitFields", res)
 	})
 }
 
@@ -263,11 +265,12 @@ func TestLearnsFromRetryAfterOnly(t *testing.T) {
 		if share > 0.05 {
 			t.Errorf("429 share %.2f %%, want ≤ 5 %%", 100*share)
 		}
+		checkFigures(t, "TestLearnsFromRetryAfterOnly", res)
 	})
 }
 
-// TestSeedScenario is the seed's problem: 10,000 records for a target that
-// allows 100 per second. Fired all at once and retried on failure, they
+// TestSeedScenario is the problem pace exists for: 10,000 records for a
+// target that allows 100 per second. Fired all at once and retried on failure, they
 // become several times as many sends; paced, they are 10,000 sends.
 func TestSeedScenario(t *testing.T) {
 	const records = 10_000

@@ -103,154 +103,253 @@ func (t *Transport) CloseIdleConnections() {
 // say. It returns the last answer when it stops retrying one (a 429 when the
 // budget is spent, a 500 when the attempts are), or the last error.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	ctx := req.Context()
-	if err := ctx.Err(); err != nil {
+	if err := req.Context().Err(); err != nil {
 		closeBody(req)
 		return nil, err
 	}
+	a := t.newAttempt(req)
+	// Each try is the same steps: wait out the previous answer's delay,
+	// get a turn from the breaker and the Pacer, send the request (a fresh
+	// copy for a retry), learn from the answer, and decide whether to try
+	// again.
+	for {
+		if a.sent > 0 {
+			if err := sleepUntil(a.ctx, a.notAfter); err != nil {
+				return a.giveUp(err)
+			}
+		}
+		tn, err := a.admit()
+		if err != nil {
+			return a.giveUp(err)
+		}
+		r, err := a.request()
+		if err != nil {
+			tn.permit.Cancel()
+			tn.done(Ignored)
+			return a.giveUp(err)
+		}
+		ans := a.send(r)
+		a.learn(tn, ans)
+		a.last, a.lastErr = ans.resp, ans.err
+		if ans.kind == succeeded {
+			return ans.resp, nil
+		}
+		if ok, err := a.retry(ans); !ok {
+			return a.giveUp(err)
+		}
+		// Waiting to retry: keep the answer (to return it if retrying
+		// stops) but not its connection nor its concurrency slot.
+		a.last, a.lastErr = keep(a.last, a.lastErr)
+	}
+}
+
+// attempt is one RoundTrip: the request, its limits (deadline, whether it may
+// be sent twice), and what its tries so far have left. It is used by the
+// goroutine of its RoundTrip only.
+type attempt struct {
+	t        *Transport
+	req      *http.Request
+	ctx      context.Context
+	cost     float64   // what each try spends on the Pacer
+	deadline time.Time // no try starts after it, no wait lasts beyond it
+	canRetry bool      // req may be sent twice (idempotent, body readable again)
+
+	sent      int            // tries sent to Base; once one is, req's body is Base's to close
+	failures  int            // failed tries, which spend attempts
+	throttles int            // throttled answers, which lengthen their backoff but spend no attempt
+	notAfter  time.Time      // the earliest next try
+	last      *http.Response // the previous answer, kept to return when retrying stops
+	lastErr   error          // the previous try's error
+}
+
+// newAttempt starts a RoundTrip of req: its cost, its Deadline from now, and
+// a request counted for the retry budget.
+func (t *Transport) newAttempt(req *http.Request) *attempt {
 	cost := 1.0
 	if t.cost != nil {
 		cost = t.cost(req)
 	}
 	start := time.Now()
-	deadline := start.Add(t.retry.Deadline)
-	canRetry := idempotent(req, t.retry.IdempotencyKey)
 	t.stats.requests.Add(1)
 	t.budget.request(start)
-
-	var (
-		last     *http.Response // the previous answer, kept to return when retrying stops
-		lastErr  error
-		failures int
-		throttle int
-		notAfter time.Time // the earliest next try
-		sentOnce bool      // Base has had req (and closed its body)
-	)
-	giveUp := func(err error) (*http.Response, error) {
-		t.stats.gaveUp.Add(1)
-		if !sentOnce {
-			closeBody(req) // never sent: the body is still ours to close
-		}
-		if last != nil && ctx.Err() == nil {
-			return last, nil
-		}
-		discard(last)
-		if err == nil {
-			err = lastErr
-		}
-		return nil, err
+	return &attempt{
+		t:        t,
+		req:      req,
+		ctx:      req.Context(),
+		cost:     cost,
+		deadline: start.Add(t.retry.Deadline),
+		canRetry: idempotent(req, t.retry.IdempotencyKey),
 	}
-	for try := 0; ; try++ {
-		if try > 0 {
-			if err := sleepUntil(ctx, notAfter); err != nil {
-				return giveUp(err)
-			}
-		}
-		// An open breaker refuses at once, without queueing for the Pacer.
-		if t.breaker.State() == BreakerOpen {
-			done, err := t.breaker.Allow()
-			if err != nil {
-				return giveUp(err)
-			}
-			done(Ignored) // it turned half-open meanwhile: ask again below
-		}
-		waitCtx, cancel := context.WithDeadline(ctx, deadline)
-		// A retry goes ahead of the first tries: its request has waited.
-		permit, err := t.pacer.wait(waitCtx, cost, try > 0)
-		cancel()
-		if err != nil {
-			if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil && !callerFirst(ctx, deadline) {
-				err = fmt.Errorf("pace: no capacity before the retry deadline (%v): %w", t.retry.Deadline, err)
-			}
-			return giveUp(err)
-		}
-		// Ask the breaker when the try is about to go, not before its wait
-		// in the Pacer's queue: the breaker may have opened meanwhile.
+}
+
+// turn is a try's leave to go: its grant from the Pacer, to give back when
+// the try is over, and its call to the breaker, to report the result to.
+type turn struct {
+	permit *Reservation
+	done   func(Result)
+}
+
+// admit waits for the try's turn. An open breaker refuses at once, without
+// queueing for the Pacer; otherwise the try waits for the Pacer (until the
+// retry Deadline at most), and then asks the breaker, as the try is about to
+// go: the breaker may have opened during the wait.
+func (a *attempt) admit() (turn, error) {
+	t := a.t
+	if t.breaker.State() == BreakerOpen {
 		done, err := t.breaker.Allow()
 		if err != nil {
-			permit.Cancel() // unused: its capacity goes to the work behind
-			return giveUp(err)
+			return turn{}, err
 		}
-		r := req
-		if try > 0 {
-			discard(last)
-			last, lastErr = nil, nil
-			if r, err = rewind(req); err != nil {
-				permit.Cancel()
-				done(Ignored)
-				t.stats.gaveUp.Add(1)
-				return nil, err
-			}
-			t.stats.retries.Add(1)
-		}
-		sent := time.Now()
-		sentOnce = true
-		t.stats.tries.Add(1)
-		resp, err := t.base.RoundTrip(r)
-		now := time.Now()
-		k := classify(resp, err)
-		canceled := err != nil && ctx.Err() != nil
-		fb := feedbackOf(resp, sent, now, k == throttled, t.retry.MaxRetryAfter)
-		var wait time.Duration
-		var hasWait bool
-		if k == throttled {
-			var capped bool
-			wait, capped, hasWait = retryAfter(resp.Header, now, t.retry.MaxRetryAfter)
-			if capped {
-				t.stats.capped.Add(1)
-			}
-			if hasWait && t.retry.Holds == HoldTarget {
-				fb.Hold = now.Add(wait) // in the same step: no grant slips in before it
-			}
-		}
-		t.pacer.Feedback(fb)
-		switch {
-		case canceled:
-			done(Ignored)
-		case k == failed:
-			done(Failure)
-		default:
-			done(Success) // any answer but a 5xx, a 429 included: the target is up
-		}
-		if resp != nil {
-			holdBody(resp, permit)
-		} else {
-			permit.Done()
-		}
-		last, lastErr = resp, err
-		switch k {
-		case succeeded:
-			return resp, nil
-		case throttled:
-			t.stats.throttled.Add(1)
-			throttle++
-			if hasWait {
-				notAfter = now.Add(wait + jitter(t.retry.BaseDelay))
-			} else {
-				notAfter = now.Add(backoff(t.retry.BaseDelay, t.retry.MaxDelay, throttle))
-			}
-		case failed:
-			if canceled {
-				return giveUp(ctx.Err())
-			}
-			t.stats.failures.Add(1)
-			failures++
-			if failures >= t.retry.MaxAttempts {
-				return giveUp(nil)
-			}
-			notAfter = now.Add(backoff(t.retry.BaseDelay, t.retry.MaxDelay, failures))
-		}
-		if !canRetry || notAfter.After(deadline) {
-			return giveUp(nil)
-		}
-		if !t.budget.retry(now) {
-			t.stats.budgetSpent.Add(1)
-			return giveUp(nil)
-		}
-		// Waiting to retry: keep the answer (to return it if retrying
-		// stops) but not its connection nor its concurrency slot.
-		last, lastErr = keep(last, lastErr)
+		done(Ignored) // it turned half-open meanwhile: ask again below
 	}
+	waitCtx, cancel := context.WithDeadline(a.ctx, a.deadline)
+	// A retry goes ahead of the first tries: its request has waited.
+	permit, err := t.pacer.wait(waitCtx, a.cost, a.sent > 0)
+	cancel()
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) && a.ctx.Err() == nil && !callerFirst(a.ctx, a.deadline) {
+			err = fmt.Errorf("pace: no capacity before the retry deadline (%v): %w", t.retry.Deadline, err)
+		}
+		return turn{}, err
+	}
+	done, err := t.breaker.Allow()
+	if err != nil {
+		permit.Cancel() // unused: its capacity goes to the work behind
+		return turn{}, err
+	}
+	return turn{permit: permit, done: done}, nil
+}
+
+// request is what the try sends: req itself the first time; for a retry, a
+// clone with a fresh body, once the previous answer is let go.
+func (a *attempt) request() (*http.Request, error) {
+	if a.sent == 0 {
+		return a.req, nil
+	}
+	discard(a.last)
+	a.last, a.lastErr = nil, nil
+	r, err := rewind(a.req)
+	if err != nil {
+		return nil, err
+	}
+	a.t.stats.retries.Add(1)
+	return r, nil
+}
+
+// answer is what a try brought back and what it means.
+type answer struct {
+	resp           *http.Response
+	err            error
+	sent, received time.Time
+	kind           kind
+	canceled       bool          // the round trip failed because the request's context ended
+	wait           time.Duration // a throttled answer's Retry-After, when hasWait
+	hasWait        bool
+}
+
+// send sends r to Base and classifies the answer: a success, throttled (with
+// its Retry-After, cut to MaxRetryAfter) or failed.
+func (a *attempt) send(r *http.Request) answer {
+	t := a.t
+	ans := answer{sent: time.Now()}
+	a.sent++
+	t.stats.tries.Add(1)
+	ans.resp, ans.err = t.base.RoundTrip(r)
+	ans.received = time.Now()
+	ans.kind = classify(ans.resp, ans.err)
+	ans.canceled = ans.err != nil && a.ctx.Err() != nil
+	if ans.kind == throttled {
+		var capped bool
+		ans.wait, capped, ans.hasWait = retryAfter(ans.resp.Header, ans.received, t.retry.MaxRetryAfter)
+		if capped {
+			t.stats.capped.Add(1)
+		}
+	}
+	return ans
+}
+
+// learn tells the Pacer what the answer says of the target's limit — and a
+// Retry-After's hold on every request when Holds is HoldTarget — and tells
+// the breaker whether the target is up: any answer but a 5xx is, a 429
+// included; a canceled try says nothing. The try's Pacer slot is given back
+// now, or when the answer's body is read to the end or closed.
+func (a *attempt) learn(tn turn, ans answer) {
+	t := a.t
+	fb := feedbackOf(ans.resp, ans.sent, ans.received, ans.kind == throttled, t.retry.MaxRetryAfter)
+	if ans.hasWait && t.retry.Holds == HoldTarget {
+		fb.Hold = ans.received.Add(ans.wait) // in the same step: no grant slips in before it
+	}
+	t.pacer.Feedback(fb)
+	switch {
+	case ans.canceled:
+		tn.done(Ignored)
+	case ans.kind == failed:
+		tn.done(Failure)
+	default:
+		tn.done(Success)
+	}
+	if ans.resp != nil {
+		holdBody(ans.resp, tn.permit)
+	} else {
+		tn.permit.Done()
+	}
+}
+
+// retry decides whether an answer that is not a success is tried again, and
+// sets notAfter to when: after its Retry-After (plus a jitter), or after the
+// backoff of its kind. It reports false, with the error to give up with (nil
+// for the last answer or error), when retrying stops: the request's context
+// ended, the attempts are spent, the request cannot be sent twice, the next
+// try would start after the Deadline, or the retry budget is spent.
+func (a *attempt) retry(ans answer) (bool, error) {
+	t := a.t
+	switch ans.kind {
+	case throttled:
+		t.stats.throttled.Add(1)
+		a.throttles++
+		if ans.hasWait {
+			a.notAfter = ans.received.Add(ans.wait + jitter(t.retry.BaseDelay))
+		} else {
+			a.notAfter = ans.received.Add(backoff(t.retry.BaseDelay, t.retry.MaxDelay, a.throttles))
+		}
+	case failed:
+		if ans.canceled {
+			return false, a.ctx.Err()
+		}
+		t.stats.failures.Add(1)
+		a.failures++
+		if a.failures >= t.retry.MaxAttempts {
+			return false, nil
+		}
+		a.notAfter = ans.received.Add(backoff(t.retry.BaseDelay, t.retry.MaxDelay, a.failures))
+	}
+	if !a.canRetry || a.notAfter.After(a.deadline) {
+		return false, nil
+	}
+	if !t.budget.retry(ans.received) {
+		t.stats.budgetSpent.Add(1)
+		return false, nil
+	}
+	return true, nil
+}
+
+// giveUp ends the RoundTrip: it returns the last answer, when there is one
+// and the request's context has not ended, or else err (the last error when
+// err is nil). A request never sent has its body closed, as a RoundTripper
+// must.
+func (a *attempt) giveUp(err error) (*http.Response, error) {
+	a.t.stats.gaveUp.Add(1)
+	if a.sent == 0 {
+		closeBody(a.req) // never sent: the body is still ours to close
+	}
+	if a.last != nil && a.ctx.Err() == nil {
+		return a.last, nil
+	}
+	discard(a.last)
+	if err == nil {
+		err = a.lastErr
+	}
+	return nil, err
 }
 
 // callerFirst reports whether ctx's own deadline comes before deadline (so a

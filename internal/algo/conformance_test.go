@@ -52,7 +52,7 @@ func TestTimelines(t *testing.T) {
 	}
 }
 
-// The seed: time moving backwards is an error for the pure token bucket
+// Time moving backwards is an error for the pure token bucket
 // (stores clamp instead: see limittest's ClockBackwards).
 func TestNegativeTimeMovementRejected(t *testing.T) {
 	t.Parallel()

@@ -7,7 +7,8 @@ import (
 // FixedWindow counts the cost admitted in the current window, windows being
 // aligned to the Unix epoch: [k×W, (k+1)×W). A cost is admitted while the
 // window's count stays within the quota. Up to 2 × quota can pass in a short
-// span across a window boundary (the seed's 00:59.9 / 01:00.1 example);
+// span across a window boundary (10 per minute admits 10 at 00:59.9 and 10
+// more at 01:00.1);
 // SlidingLog and SlidingWindow do not have that weakness. A charge
 // (Call.Force) may count up to 2 × quota: a debt until the window ends.
 type FixedWindow struct {

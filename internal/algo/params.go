@@ -22,8 +22,9 @@ import (
 )
 
 // ErrClockBackwards is returned by Step when now is earlier than an instant
-// the state has already seen (the seed's rule for the token bucket; the
-// window, log and leaky bucket algorithms follow it). GCRA and Concurrency
+// the state has already seen, by the token bucket and the window, log and
+// leaky bucket algorithms: they refuse to decide in the past rather than
+// refill or count from a clock that stepped back. GCRA and Concurrency
 // accept an earlier now: it only looks like less capacity to them. Stores
 // that read a clock clamp now to State.Floor instead of failing.
 var ErrClockBackwards = errors.New("algo: time moved backwards")

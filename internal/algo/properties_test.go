@@ -218,8 +218,8 @@ func TestPropTokenBucketEqualsGCRA(t *testing.T) {
 	})
 }
 
-// burstBound checks the seed's theorem on the admitted events: over every
-// interval [t_i, t_j], admitted cost ≤ B + r × (t_j − t_i), exactly.
+// burstBound checks the token bucket's theorem on the admitted events: over
+// every interval [t_i, t_j], admitted cost ≤ B + r × (t_j − t_i), exactly.
 func burstBound(p *Params, events []event) error {
 	var admitted []event
 	for _, e := range events {
@@ -333,7 +333,7 @@ func TestPropSlidingLogExact(t *testing.T) {
 }
 
 // The negative control: a fixed window, run on the sliding log's property,
-// breaks it (the seed's boundary burst).
+// breaks it (twice the quota across a window boundary).
 func TestPropSlidingLogCatchesFixedWindow(t *testing.T) {
 	t.Parallel()
 	gen := genCase(sluice.FixedWindow)

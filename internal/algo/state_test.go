@@ -23,7 +23,7 @@ func limitFor(alg sluice.Algorithm, quota float64, w time.Duration) sluice.Limit
 	return sluice.Limit{Name: "t", Algorithm: alg, Quota: quota, Window: w}
 }
 
-// Time moving backwards is an error for the seed's token bucket and for the
+// Time moving backwards is an error for the token bucket and for the
 // algorithms that remember when they were last called; GCRA and Concurrency
 // answer it conservatively instead.
 func TestClockBackwards(t *testing.T) {

@@ -1,6 +1,6 @@
 package algo
 
-// TokenBucket is the seed's token bucket: Tokens, in scaled units, refilled
+// TokenBucket is the classic token bucket: Tokens, in scaled units, refilled
 // at the limit's rate since Last and capped at the burst; a cost is admitted
 // when Tokens holds at least that much, and taken from it:
 //
