@@ -78,6 +78,7 @@ bench-memory:
 
 fault:
 	SLUICE_FAULT=1 $(GO) test -run 'Outage|Policies' -count=1 -v ./redisstore
+	SLUICE_FAULT=1 $(GO) test -run 'StartWithoutRedis' -count=1 -v ./server
 
 bench-redis:
 	mkdir -p $(OUT)

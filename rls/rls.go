@@ -6,6 +6,12 @@
 // duration_until_reset — plus the IETF RateLimit fields as headers for
 // Envoy to add to the response.
 //
+// A Service decides (ShouldRateLimit); NewGRPCServer serves it over gRPC,
+// with bounds on connections and calls and the standard health service,
+// and JSONHandler serves the same decisions as JSON over HTTP
+// (envoyproxy/ratelimit's /json endpoint): a program that serves them
+// (package server) needs no gRPC or go-control-plane import of its own.
+//
 // Semantics, as envoyproxy/ratelimit's:
 //   - each descriptor is matched against the domain's descriptors (nested,
 //     value-less keys matching any value, wildcards); no match: OK, nothing
@@ -162,44 +168,63 @@ func (s *Service) Register(srv *grpc.Server) { srv.RegisterService(&serviceDesc,
 
 // check is one descriptor on its way to a decision.
 type check struct {
-	rule  *Rule // nil: no limit applies
-	limit sluice.Limit
-	key   string
-	cost  float64
-	slot  int  // its request in the limiter call (descriptors with the same limit and key share one)
-	peek  bool // hits_addend 0: report the state, spend nothing
+	rule      *Rule // nil: no limit applies
+	limit     sluice.Limit
+	key       string
+	cost      float64
+	slot      int  // its request in the limiter call (descriptors with the same limit and key share one)
+	peek      bool // hits_addend 0: report the state, spend nothing
+	unlimited bool // its rule is unlimited (rule nil)
 }
 
 // ShouldRateLimit decides every descriptor of req; see the package
-// documentation.
+// documentation. It goes in four steps: validate the request, resolve each
+// descriptor's rule, decide the limited ones in one limiter call, and
+// build the response.
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rlpb.RateLimitRequest) (*rlpb.RateLimitResponse, error) {
 	if err := s.validate(req); err != nil {
 		return nil, err
 	}
+	cfg, err := s.configuration()
+	if err != nil {
+		return nil, err
+	}
+	var checksBuf [8]check
+	checks := checksBuf[:0]
+	if n := len(req.Descriptors); n > len(checksBuf) {
+		checks = make([]check, 0, n)
+	}
+	checks = checks[:len(req.Descriptors)]
+	resolve(cfg, req, checks)
+	var single sluice.Decision
+	start := time.Now()
+	decisions, err := s.decide(ctx, checks, &single)
+	latency := time.Since(start)
+	if err != nil {
+		s.observeFailure(checks, latency, err)
+		return nil, err
+	}
+	return s.respond(ctx, checks, decisions, single, latency)
+}
+
+// configuration is the Matcher in force; UNAVAILABLE before any is loaded.
+func (s *Service) configuration() (Matcher, error) {
 	loaded := s.config.Load()
 	if loaded == nil || *loaded == nil {
 		return nil, status.Error(codes.Unavailable, "rls: no configuration loaded")
 	}
-	cfg := *loaded
-	n := len(req.Descriptors)
-	var checksBuf [8]check
-	var unlimitedBuf [8]bool
-	checks, unlimited := checksBuf[:0], unlimitedBuf[:0]
-	if n > len(checksBuf) {
-		checks, unlimited = make([]check, 0, n), make([]bool, 0, n)
-	}
-	checks, unlimited = checks[:n], unlimited[:n]
+	return *loaded, nil
+}
+
+// resolve fills checks[i] for req.Descriptors[i]: no rule, an unlimited
+// one, or a limit with its counter's key and the hits it spends; then it
+// drops the rules that another matched rule replaces.
+func resolve(cfg Matcher, req *rlpb.RateLimitRequest, checks []check) {
 	var replaced map[string]bool
 	var entryBuf [4]Entry
 	for i, d := range req.Descriptors {
 		es := entries(d, entryBuf[:0])
-		var rule *Rule
-		var ok bool
-		if o := d.GetLimit(); o != nil {
-			rule, ok = cfg.Override(req.Domain, es, o.GetRequestsPerUnit(), rlpb.RateLimitResponse_RateLimit_Unit(o.GetUnit()))
-		} else {
-			rule, ok = cfg.Match(req.Domain, es)
-		}
+		rule, ok := match(cfg, req.Domain, d, es)
 		if !ok {
 			continue
 		}
@@ -209,50 +234,72 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlpb.RateLimitReques
 			}
 			replaced[r] = true
 		}
-		if rule.Unlimited {
-			unlimited[i] = true
-			continue
-		}
-		hits := max(uint64(req.HitsAddend), 1)
-		peek := false
-		if h := d.GetHitsAddend(); h != nil {
-			// A descriptor's own hits_addend, even 0: a check that spends
-			// nothing (as envoyproxy/ratelimit reads it).
-			hits, peek = h.GetValue(), h.GetValue() == 0
-		}
-		keyed := es
-		if rule.KeyEntries != nil {
-			keyed = rule.KeyEntries
-		}
-		checks[i] = check{rule: rule, limit: rule.Limit, key: storeKey(req.Domain, keyed), cost: float64(hits), peek: peek}
+		checks[i] = checkOf(req, d, es, rule)
 	}
 	for i := range checks {
 		if r := checks[i].rule; r != nil && r.Name != "" && replaced[r.Name] {
 			checks[i].rule = nil
 		}
 	}
-	var single sluice.Decision
-	start := time.Now()
-	decisions, err := s.decide(ctx, checks, &single)
-	latency := time.Since(start)
-	if err != nil {
-		if s.obs != nil && status.Code(err) == codes.Unavailable {
-			for i := range checks {
-				if c := &checks[i]; c.rule != nil {
-					s.obs.Observe(enforce.Event{Rule: c.limit.Name, Outcome: enforce.Failed, Latency: latency, Tenant: tenant(c.key), Cost: c.cost, Err: err})
-				}
-			}
-		}
-		return nil, err
+}
+
+// match is the rule of descriptor d (entries es) of domain: the
+// configured one, or its own limit override's.
+func match(cfg Matcher, domain string, d *commonrl.RateLimitDescriptor, es []Entry) (*Rule, bool) {
+	if o := d.GetLimit(); o != nil {
+		return cfg.Override(domain, es, o.GetRequestsPerUnit(), rlpb.RateLimitResponse_RateLimit_Unit(o.GetUnit()))
 	}
-	resp := &rlpb.RateLimitResponse{OverallCode: rlpb.RateLimitResponse_OK, Statuses: make([]*rlpb.RateLimitResponse_DescriptorStatus, n)}
-	var policyBuf, limitBuf [128]byte
-	policyField, limitField := policyBuf[:0], limitBuf[:0]
+	return cfg.Match(domain, es)
+}
+
+// checkOf is the check of descriptor d (entries es), whose rule is rule.
+// It spends the descriptor's own hits_addend, else the request's, else 1;
+// a descriptor's own hits_addend 0 is a check that spends nothing (as
+// envoyproxy/ratelimit reads it).
+func checkOf(req *rlpb.RateLimitRequest, d *commonrl.RateLimitDescriptor, es []Entry, rule *Rule) check {
+	if rule.Unlimited {
+		return check{unlimited: true}
+	}
+	hits := max(uint64(req.HitsAddend), 1)
+	peek := false
+	if h := d.GetHitsAddend(); h != nil {
+		hits, peek = h.GetValue(), h.GetValue() == 0
+	}
+	keyed := es
+	if rule.KeyEntries != nil {
+		keyed = rule.KeyEntries
+	}
+	return check{rule: rule, limit: rule.Limit, key: storeKey(req.Domain, keyed), cost: float64(hits), peek: peek}
+}
+
+// observeFailure tells the observer of each limited check that the
+// limiter failed (not of the request's own end).
+func (s *Service) observeFailure(checks []check, latency time.Duration, err error) {
+	if s.obs == nil || status.Code(err) != codes.Unavailable {
+		return
+	}
+	for i := range checks {
+		if c := &checks[i]; c.rule != nil {
+			s.obs.Observe(enforce.Event{Rule: c.limit.Name, Outcome: enforce.Failed, Latency: latency, Tenant: tenant(c.key), Cost: c.cost, Err: err})
+		}
+	}
+}
+
+// respond builds the response from the decisions by slot (single when
+// decisions is nil): a status per descriptor, OVER_LIMIT overall when any
+// descriptor not in shadow mode is, and the RateLimit fields when asked
+// for. It decides the checks that spend nothing, and tells the observer
+// of every spending decision.
+func (s *Service) respond(ctx context.Context, checks []check, decisions []sluice.Decision, single sluice.Decision, latency time.Duration) (*rlpb.RateLimitResponse, error) {
+	resp := &rlpb.RateLimitResponse{OverallCode: rlpb.RateLimitResponse_OK, Statuses: make([]*rlpb.RateLimitResponse_DescriptorStatus, len(checks))}
+	var policies [4]ratelimitheader.Policy
+	var limits [4]ratelimitheader.Limit
+	fs := fields{policies: policies[:0], limits: limits[:0]}
 	for i := range checks {
 		c := &checks[i]
 		st := &rlpb.RateLimitResponse_DescriptorStatus{Code: rlpb.RateLimitResponse_OK}
 		resp.Statuses[i] = st
-		if unlimited[i] {
+		if c.unlimited {
 			st.LimitRemaining = math.MaxUint32
 			continue
 		}
@@ -262,47 +309,53 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlpb.RateLimitReques
 		d := single
 		switch {
 		case c.peek:
+			var err error
 			if d, err = s.peek(ctx, c); err != nil {
 				return nil, err
 			}
 		case decisions != nil:
 			d = decisions[c.slot]
 		}
-		st.CurrentLimit = &rlpb.RateLimitResponse_RateLimit{Name: c.rule.Name, RequestsPerUnit: c.rule.RequestsPerUnit, Unit: c.rule.Unit}
-		st.LimitRemaining = uint32(min(math.Floor(max(d.Remaining, 0)), math.MaxUint32))
-		reset := d.ResetAfter
-		if !d.Allowed && d.RetryAfter != sluice.Never {
-			reset = d.RetryAfter
-		}
-		st.DurationUntilReset = durationpb.New(reset)
-		outcome := enforce.Allowed
-		if !d.Allowed {
-			outcome = enforce.Rejected
-			if c.rule.ShadowMode {
-				outcome = enforce.ShadowRejected
-			} else {
-				st.Code = rlpb.RateLimitResponse_OVER_LIMIT
-				resp.OverallCode = rlpb.RateLimitResponse_OVER_LIMIT
-			}
+		fillStatus(st, c.rule, d)
+		if st.Code == rlpb.RateLimitResponse_OVER_LIMIT {
+			resp.OverallCode = rlpb.RateLimitResponse_OVER_LIMIT
 		}
 		if s.obs != nil && !c.peek {
-			s.obs.Observe(enforce.Event{Rule: c.limit.Name, Outcome: outcome, Latency: latency, Tenant: tenant(c.key), Cost: c.cost})
+			s.obs.Observe(enforce.Event{Rule: c.limit.Name, Outcome: outcomeOf(c.rule, d), Latency: latency, Tenant: tenant(c.key), Cost: c.cost})
 		}
 		if s.headers && !c.rule.ShadowMode { // a shadow limit must not make clients wait
-			t := reset.Round(time.Second)
-			if t < reset {
-				t += time.Second
-			}
-			if !d.Allowed && d.RetryAfter == sluice.Never {
-				t = ratelimitheader.NoReset
-			}
-			policyField, limitField = appendFields(policyField, limitField, c.limit, int64(st.LimitRemaining), t)
+			fs = fs.with(c.limit, int64(st.LimitRemaining), d)
 		}
 	}
-	if len(limitField) > 0 && limitField[0] != 0 {
-		resp.ResponseHeadersToAdd = []*core.HeaderValue{{Key: "RateLimit-Policy", Value: string(policyField)}, {Key: "RateLimit", Value: string(limitField)}}
-	}
+	resp.ResponseHeadersToAdd = fs.headers()
 	return resp, nil
+}
+
+// fillStatus fills a limited descriptor's status from its decision: its
+// limit, what remains, when it resets (for a rejection, when the hits
+// would fit), and OVER_LIMIT for a rejection outside shadow mode.
+func fillStatus(st *rlpb.RateLimitResponse_DescriptorStatus, rule *Rule, d sluice.Decision) {
+	st.CurrentLimit = &rlpb.RateLimitResponse_RateLimit{Name: rule.Name, RequestsPerUnit: rule.RequestsPerUnit, Unit: rule.Unit}
+	st.LimitRemaining = uint32(min(math.Floor(max(d.Remaining, 0)), math.MaxUint32))
+	reset := d.ResetAfter
+	if !d.Allowed && d.RetryAfter != sluice.Never {
+		reset = d.RetryAfter
+	}
+	st.DurationUntilReset = durationpb.New(reset)
+	if !d.Allowed && !rule.ShadowMode {
+		st.Code = rlpb.RateLimitResponse_OVER_LIMIT
+	}
+}
+
+// outcomeOf is what the observer hears of a decision under rule.
+func outcomeOf(rule *Rule, d sluice.Decision) enforce.Outcome {
+	switch {
+	case d.Allowed:
+		return enforce.Allowed
+	case rule.ShadowMode:
+		return enforce.ShadowRejected
+	}
+	return enforce.Rejected
 }
 
 // decide asks the limiter about every limited check in one call: Allow for
@@ -564,43 +617,49 @@ func (s *Service) locate(domain string, es []Entry) (sluice.Inspector, *Rule, st
 	return in, rule, storeKey(domain, keyed), nil
 }
 
-// appendFields adds a limit's members to the RateLimit-Policy and RateLimit
-// fields (draft-11), formatted by hand: a limit's name is an sf-string
-// without escapes (envoyconfig names limits with letters, digits and
-// "_-.:/"); a name that would need one marks the fields unusable (a 0 byte
-// first), and no fields are sent rather than wrong ones.
-func appendFields(policy, limit []byte, l sluice.Limit, remaining int64, reset time.Duration) ([]byte, []byte) {
-	if len(limit) > 0 && limit[0] == 0 {
-		return policy, limit
-	}
-	for i := 0; i < len(l.Name); i++ {
-		if c := l.Name[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
-			return policy, append(limit[:0], 0)
+// fields are a response's RateLimit-Policy and RateLimit members in the
+// making, one per limit, in the order the descriptors first name them. A
+// limit named by several descriptors (with other keys) is written once,
+// about its tightest decision — the least remaining, then the longest
+// reset — so that a client pacing itself by the fields stays within each.
+type fields struct {
+	policies []ratelimitheader.Policy
+	limits   []ratelimitheader.Limit
+}
+
+// with is f with limit l, whose descriptor has remaining units left under
+// decision d. (A value in and out, as append is, so that the members stay
+// on the caller's stack.)
+func (f fields) with(l sluice.Limit, remaining int64, d sluice.Decision) fields {
+	m := ratelimitheader.Limit{Name: l.Name, Remaining: remaining, Reset: ratelimitheader.ResetOf(d)}
+	for i := range f.limits {
+		if o := &f.limits[i]; o.Name == l.Name {
+			if m.Remaining < o.Remaining || m.Remaining == o.Remaining && m.Reset > o.Reset {
+				*o = m
+			}
+			return f
 		}
 	}
-	if len(policy) > 0 {
-		policy, limit = append(policy, ", "...), append(limit, ", "...)
+	f.policies = append(f.policies, ratelimitheader.PolicyOf(l))
+	f.limits = append(f.limits, m)
+	return f
+}
+
+// headers are the fields as Envoy adds them to the response: none when
+// there is nothing to say, or when a name cannot be written (not printable
+// ASCII) — a response without them is still a true one.
+func (f fields) headers() []*core.HeaderValue {
+	if len(f.limits) == 0 {
+		return nil
 	}
-	p := ratelimitheader.PolicyOf(l)
-	policy = append(policy, '"')
-	policy = append(policy, l.Name...)
-	policy = append(policy, `";q=`...)
-	policy = strconv.AppendInt(policy, p.Quota, 10)
-	if p.Unit != "" {
-		policy = append(policy, `;qu="`...)
-		policy = append(policy, p.Unit...)
-		policy = append(policy, '"')
-	} else {
-		policy = append(policy, ";w="...)
-		policy = strconv.AppendInt(policy, int64(p.Window/time.Second), 10)
+	var policyBuf, limitBuf [128]byte
+	policy, err := ratelimitheader.AppendPolicies(policyBuf[:0], f.policies)
+	if err != nil {
+		return nil
 	}
-	limit = append(limit, '"')
-	limit = append(limit, l.Name...)
-	limit = append(limit, `";r=`...)
-	limit = strconv.AppendInt(limit, remaining, 10)
-	if reset != ratelimitheader.NoReset {
-		limit = append(limit, ";t="...)
-		limit = strconv.AppendInt(limit, int64(reset/time.Second), 10)
+	limit, err := ratelimitheader.AppendLimits(limitBuf[:0], f.limits)
+	if err != nil {
+		return nil
 	}
-	return policy, limit
+	return []*core.HeaderValue{{Key: "RateLimit-Policy", Value: string(policy)}, {Key: "RateLimit", Value: string(limit)}}
 }

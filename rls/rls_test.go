@@ -503,3 +503,23 @@ func TestBadLimitOverride(t *testing.T) {
 		t.Fatalf("a valid override, twice: %v", resp)
 	}
 }
+
+// A limit named by several descriptors is written once, about its
+// tightest decision: the fields are formatted by ratelimitheader, which
+// refuses a name twice.
+func TestResponseHeadersOncePerLimit(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil, true)
+	f.ask(t, 0, desc("api_key", "busy"), desc("api_key", "busy"))
+	resp := f.ask(t, 0, desc("api_key", "idle"), desc("api_key", "busy"))
+	got := map[string][]string{}
+	for _, h := range resp.ResponseHeadersToAdd {
+		got[h.Key] = append(got[h.Key], h.Value)
+	}
+	if p := got["RateLimit-Policy"]; len(p) != 1 || p[0] != `"edge.per_key";q=3;w=60` {
+		t.Fatalf("RateLimit-Policy %q", p)
+	}
+	if l := got["RateLimit"]; len(l) != 1 || !strings.HasPrefix(l[0], `"edge.per_key";r=0;t=`) {
+		t.Fatalf("RateLimit %q, want the busy key's r=0", l)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -254,3 +255,53 @@ func TestListenersCapConnections(t *testing.T) {
 }
 
 func bufioReader(c net.Conn) *bufio.Reader { return bufio.NewReader(c) }
+
+// Call bounds out of range are refused by New, saying which and why.
+func TestBadCallBounds(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		opts server.Options
+		says string
+	}{
+		{server.Options{GRPCMaxStreams: -1}, "Options.GRPCMaxStreams -1: must be between 1 and 2147483647"},
+		{server.Options{GRPCMaxStreams: 1 << 31}, "Options.GRPCMaxStreams 2147483648"},
+		{server.Options{GRPCCallTimeout: -time.Second}, "Options.GRPCCallTimeout -1s: must be positive"},
+		{server.Options{GRPCIdleTimeout: -time.Second}, "Options.GRPCIdleTimeout -1s: must be positive"},
+		{server.Options{MaxConnections: -1}, "Options.MaxConnections -1: must be positive"},
+	} {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "edge.yaml"), []byte(config(100)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		c.opts.Load = server.EnvoyLoader(dir)
+		c.opts.HTTPAddr, c.opts.GRPCAddr, c.opts.AdminAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+		s, err := server.New(c.opts)
+		if err == nil {
+			s.Close()
+		}
+		if err == nil || !strings.Contains(err.Error(), c.says) {
+			t.Errorf("%+v: %v, want an error saying %q", c.opts, err, c.says)
+		}
+	}
+}
+
+// The server's gRPC bounds reach its listener: its first SETTINGS frame
+// announces GRPCMaxStreams (the bounds themselves are rls.GRPCServer's,
+// tested there).
+func TestGRPCMaxStreamsAnnounced(t *testing.T) {
+	t.Parallel()
+	s := serve(t, server.Options{GRPCMaxStreams: 7})
+	c := http2Peer(t, s.GRPCAddr())
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	f, err := http2.NewFramer(nil, c).ReadFrame()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sf, ok := f.(*http2.SettingsFrame)
+	if !ok {
+		t.Fatalf("the server's first frame: %v, want its SETTINGS", f)
+	}
+	if got, ok := sf.Value(http2.SettingMaxConcurrentStreams); !ok || got != 7 {
+		t.Errorf("SETTINGS_MAX_CONCURRENT_STREAMS: %d (sent %v), want 7", got, ok)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/rls"
 	"github.com/sluicehq/sluice/rls/envoyconfig"
 )
@@ -47,11 +48,11 @@ func EnvoyLoader(path string) Loader {
 		if err != nil {
 			return Loaded{}, err
 		}
-		policies := map[string]string{}
+		policies := map[string]sluice.FailurePolicy{}
 		for _, d := range c.Domains() {
 			for _, r := range d.Rules() {
-				if l, ok := r.Limit(); ok && r.OnFailure != "" {
-					policies[l.Name] = r.OnFailure
+				if l, ok := r.Limit(); ok && r.OnFailure != nil {
+					policies[l.Name] = *r.OnFailure
 				}
 			}
 		}

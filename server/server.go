@@ -1,18 +1,18 @@
-// Package server is sluice's decision service (sluice serve): the seed's
-// shared decision service that every API server or proxy asks. It speaks
-// Envoy's rate limit service (RLS v3) over gRPC — a drop-in for
-// envoyproxy/ratelimit, reading the same configuration files — and the
-// same decisions as JSON over HTTP (POST /json, envoyproxy/ratelimit's
-// endpoint); it serves /healthz, /readyz and /metrics, reloads its
-// configuration on SIGHUP and when the files change (a bad file is refused
-// with its reason and the old configuration stays), and has an admin API
-// behind a bearer token. Memory store by default, Redis for a fleet.
+// Package server is sluice's decision service (sluice serve): one service
+// that a fleet of API servers, or a proxy such as Envoy, asks whether a
+// request may spend a limit now, so that every instance counts against the
+// same limits. It speaks Envoy's rate limit service (RLS v3) over gRPC — a
+// drop-in for envoyproxy/ratelimit, reading the same configuration files —
+// and the same decisions as JSON over HTTP (POST /json,
+// envoyproxy/ratelimit's endpoint), both from package rls; it serves
+// /healthz, /readyz and /metrics, reloads its configuration on SIGHUP and
+// when the files change (a bad file is refused with its reason and the old
+// configuration stays), and has an admin API behind a bearer token. The
+// memory store by default, Redis for a fleet.
 package server
 
 import (
-	"bytes"
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -27,18 +27,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	rlpb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/fsnotify/fsnotify"
-	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/net/netutil"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/admin"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/redisstore"
@@ -50,9 +43,6 @@ const (
 	DefaultHTTPAddr  = "127.0.0.1:8080"
 	DefaultGRPCAddr  = "127.0.0.1:8081"
 	DefaultAdminAddr = "127.0.0.1:9090"
-	// MaxBody bounds a JSON request (and MaxMessage a gRPC one).
-	MaxBody    = 64 << 10
-	MaxMessage = 1 << 20
 )
 
 // Loader reads the configuration. It is called at start and at every
@@ -65,10 +55,9 @@ type Loaded struct {
 	Matcher rls.Matcher
 	// Version names it (a hash of the files).
 	Version string
-	// FailurePolicies are the rules' on_failure, by limit name
-	// (fail_open, fail_closed, fail_local); a limit not named has the
-	// store's default.
-	FailurePolicies map[string]string
+	// FailurePolicies are the rules' on_failure, by limit name; a limit
+	// not named has the store's default (Options.RedisPolicy).
+	FailurePolicies map[string]sluice.FailurePolicy
 }
 
 // Options configures a Server.
@@ -87,9 +76,14 @@ type Options struct {
 	// Redis, when set, is the Redis address (several, comma-separated: a
 	// Cluster); the memory store otherwise.
 	Redis string
-	// RedisPolicy is what a limit decides when Redis cannot answer.
-	// Default sluice.FailOpen.
+	// RedisPolicy is what a limit decides when Redis cannot answer, unless
+	// its rule says otherwise (Loaded.FailurePolicies). Default
+	// sluice.FailOpen.
 	RedisPolicy sluice.FailurePolicy
+	// RedisTimeout bounds each Redis call; past it the limit's failure
+	// policy decides (see redisstore.Options.Timeout). Default
+	// redisstore's, 50 ms.
+	RedisTimeout time.Duration
 	// AdminToken guards every admin route (Authorization: Bearer); a
 	// missing or wrong credential is 401. Empty: the admin API is off, and
 	// every route answers 403 saying so.
@@ -112,33 +106,15 @@ type Options struct {
 	Logger *slog.Logger
 	// ShutdownTimeout bounds the drain of calls in flight. Default 10 s.
 	ShutdownTimeout time.Duration
-	// GRPCIdleTimeout closes a gRPC connection that has had no call in
-	// flight for this long, with a GOAWAY (a client such as Envoy
-	// reconnects on its next call, failing none). Default 5 min.
-	GRPCIdleTimeout time.Duration
-	// GRPCPingInterval and GRPCPingTimeout: a gRPC connection silent for
-	// GRPCPingInterval is pinged, and closed when the ping is not answered
-	// within GRPCPingTimeout (a peer gone without closing). Defaults 1 min
-	// (at least 1 s) and 20 s. A client may ping every
-	// MinClientPingInterval at most, calls in flight or not.
-	GRPCPingInterval, GRPCPingTimeout time.Duration
-	// GRPCMaxStreams caps the calls in flight on one gRPC connection,
-	// announced in its HTTP/2 SETTINGS (SETTINGS_MAX_CONCURRENT_STREAMS),
-	// which clients keep to (grpc-go waits for a free stream, Envoy opens
-	// another connection); a stream past it is refused with RST_STREAM
-	// REFUSED_STREAM, safe to retry. At most 2^31-1. Default
-	// DefaultGRPCMaxStreams (1024; grpc-go's own default is no bound).
-	GRPCMaxStreams int
-	// GRPCCallTimeout bounds a gRPC call's life: a unary call (every RLS
-	// call) ends with DEADLINE_EXCEEDED this long after its HEADERS if it
-	// has not answered, whether its request message never arrived or the
-	// client's deadline (grpc-timeout) is longer; a shorter client deadline
-	// applies as it is. A streaming call (the health service's Watch) is
-	// bounded only until its request message arrives. Default
-	// DefaultGRPCCallTimeout (10 s, as the HTTP listener's read and write
-	// timeouts; an RLS call takes milliseconds, and Envoy's rate limit
-	// filter gives up after 20 ms by default).
-	GRPCCallTimeout time.Duration
+	// GRPCIdleTimeout, GRPCPingInterval, GRPCPingTimeout, GRPCMaxStreams
+	// and GRPCCallTimeout bound the gRPC listener's connections and calls:
+	// they are rls.GRPCOptions' IdleTimeout (default 5 min), PingInterval
+	// (1 min) and PingTimeout (20 s), MaxStreams (1024) and CallTimeout
+	// (10 s, as the HTTP listener's read and write timeouts), documented
+	// there.
+	GRPCIdleTimeout, GRPCPingInterval, GRPCPingTimeout time.Duration
+	GRPCMaxStreams                                     int
+	GRPCCallTimeout                                    time.Duration
 	// MaxConnections caps the connections each listener (gRPC, HTTP,
 	// admin) holds at once; more wait in the kernel's listen backlog until
 	// one closes (the HTTP listeners' timeouts and GRPCIdleTimeout free
@@ -158,12 +134,13 @@ type Server struct {
 	reload   sync.Mutex
 	svc      *rls.Service
 	metrics  *metrics.Metrics
-	reloads  *prometheus.CounterVec
-	grpc     *grpc.Server
-	health   *health.Server
+	reloads  *metrics.Reloads
+	grpc     *rls.GRPCServer
 	http     *http.Server
 	admin    *http.Server
-	lns      [3]net.Listener // grpc, http, admin
+	grpcLn   net.Listener // the listeners: bound by New, closed by Close
+	httpLn   net.Listener
+	adminLn  net.Listener
 	watcher  *fsnotify.Watcher
 	watched  map[string]bool // base names of watched files (not directories)
 	closers  []func() error
@@ -198,17 +175,15 @@ func New(opts Options) (*Server, error) {
 	s.startWatching() // before loading: a change from here on is seen
 	l, err := opts.Load()
 	if err != nil {
-		return nil, fmt.Errorf("server: %w", err)
+		return nil, err // the loader's: "file:line: reason" for a bad file
 	}
 	s.install(l)
 	if s.metrics, err = metrics.New(metrics.Options{}); err != nil {
 		return nil, err
 	}
-	s.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: "sluice", Name: "config_reloads_total",
-		Help: "Configuration reloads, by result (ok, or refused: the file was bad and the previous configuration stayed).",
-	}, []string{"result"})
-	s.metrics.Registry().MustRegister(s.reloads)
+	if s.reloads, err = s.metrics.RegisterReloads(); err != nil {
+		return nil, err
+	}
 	limiter, err := s.openStore()
 	if err != nil {
 		return nil, err
@@ -216,28 +191,40 @@ func New(opts Options) (*Server, error) {
 	if s.svc, err = rls.New(rls.Options{Limiter: limiter, Config: &s.matcher, Observer: s.metrics, Headers: opts.ResponseHeaders, MaxDescriptors: opts.MaxDescriptors}); err != nil {
 		return nil, err
 	}
-	bounds, calls, err := opts.grpcBounds()
+	grpcOpts, err := opts.grpcOptions()
 	if err != nil {
 		return nil, err
 	}
-	s.grpc = grpc.NewServer(append(bounds, rls.ServerOption(), grpc.MaxRecvMsgSize(MaxMessage), grpc.ConnectionTimeout(5*time.Second))...)
-	s.svc.Register(s.grpc)
-	s.health = health.NewServer()
-	healthpb.RegisterHealthServer(s.grpc, s.health)
-	calls.setMethods(s.grpc.GetServiceInfo())
+	if s.grpc, err = rls.NewGRPCServer(s.svc, grpcOpts); err != nil {
+		return nil, err
+	}
 	s.http = &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
 		WriteTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 16 << 10,
 		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
 	s.admin = &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
 		WriteTimeout: 2 * time.Minute, MaxHeaderBytes: 16 << 10} // a CPU profile takes its seconds
-	for i, a := range []string{or(opts.GRPCAddr, DefaultGRPCAddr), or(opts.HTTPAddr, DefaultHTTPAddr), or(opts.AdminAddr, DefaultAdminAddr)} {
-		if s.lns[i], err = net.Listen("tcp", a); err != nil {
-			return nil, fmt.Errorf("server: listen %s: %w", a, err)
-		}
-		s.lns[i] = netutil.LimitListener(s.lns[i], opts.maxConnections())
+	if s.grpcLn, err = listen(opts.GRPCAddr, DefaultGRPCAddr, opts.maxConnections()); err != nil {
+		return nil, err
+	}
+	if s.httpLn, err = listen(opts.HTTPAddr, DefaultHTTPAddr, opts.maxConnections()); err != nil {
+		return nil, err
+	}
+	if s.adminLn, err = listen(opts.AdminAddr, DefaultAdminAddr, opts.maxConnections()); err != nil {
+		return nil, err
 	}
 	ok = true
 	return s, nil
+}
+
+// listen binds addr (def when empty), holding at most max connections at
+// once.
+func listen(addr, def string, max int) (net.Listener, error) {
+	a := or(addr, def)
+	ln, err := net.Listen("tcp", a)
+	if err != nil {
+		return nil, fmt.Errorf("server: listen %s: %w", a, err)
+	}
+	return netutil.LimitListener(ln, max), nil
 }
 
 func or(a, b string) string {
@@ -266,7 +253,7 @@ func (s *Server) openStore() (sluice.Limiter, error) {
 		return nil, fmt.Errorf("server: redis %s: %w", s.opts.Redis, err)
 	}
 	s.closers = append(s.closers, conn.Close)
-	st, err := redisstore.New(redisstore.Options{Client: conn, Policy: s.opts.RedisPolicy, KeyHMAC: s.opts.KeyHMAC, Logger: s.log,
+	st, err := redisstore.New(redisstore.Options{Client: conn, Policy: s.opts.RedisPolicy, Timeout: s.opts.RedisTimeout, KeyHMAC: s.opts.KeyHMAC, Logger: s.log,
 		PolicyOf: func(l sluice.Limit) (sluice.FailurePolicy, bool) { // the rules' on_failure, as reloaded
 			p, ok := (*s.policies.Load())[l.Name]
 			return p, ok
@@ -304,9 +291,9 @@ func (s *Server) redisReady(ctx context.Context) error {
 }
 
 // GRPCAddr, HTTPAddr and AdminAddr are the bound listeners' addresses.
-func (s *Server) GRPCAddr() string  { return s.lns[0].Addr().String() }
-func (s *Server) HTTPAddr() string  { return s.lns[1].Addr().String() }
-func (s *Server) AdminAddr() string { return s.lns[2].Addr().String() }
+func (s *Server) GRPCAddr() string  { return s.grpcLn.Addr().String() }
+func (s *Server) HTTPAddr() string  { return s.httpLn.Addr().String() }
+func (s *Server) AdminAddr() string { return s.adminLn.Addr().String() }
 
 // Version is the version of the configuration in force.
 func (s *Server) Version() string { return s.version.Load().Version }
@@ -319,11 +306,11 @@ func (s *Server) Reload() error {
 	defer s.reload.Unlock()
 	l, err := s.opts.Load()
 	if err != nil {
-		s.reloads.WithLabelValues("refused").Inc()
+		s.reloads.Refused()
 		s.log.Error("configuration refused; the previous one stays", "err", err, "version", s.Version())
 		return err
 	}
-	s.reloads.WithLabelValues("ok").Inc()
+	s.reloads.OK()
 	if l.Version == s.Version() {
 		return nil
 	}
@@ -336,22 +323,13 @@ func (s *Server) Reload() error {
 func (s *Server) install(l Loaded) {
 	policies := make(map[string]sluice.FailurePolicy, len(l.FailurePolicies))
 	for name, p := range l.FailurePolicies {
-		if pol, ok := policyNames[p]; ok {
-			policies[name] = pol
+		if p.Valid() {
+			policies[name] = p
 		}
 	}
 	s.policies.Store(&policies)
 	s.matcher.Store(&l.Matcher)
 	s.version.Store(&loaded{Version: l.Version, LoadedAt: time.Now().UTC()})
-}
-
-// policyNames are the failure policies by their configuration names.
-var policyNames = map[string]sluice.FailurePolicy{"fail_open": sluice.FailOpen, "fail_closed": sluice.FailClosed, "fail_local": sluice.FailLocal}
-
-// ParsePolicy reads a failure policy's name.
-func ParsePolicy(name string) (sluice.FailurePolicy, bool) {
-	p, ok := policyNames[name]
-	return p, ok
 }
 
 // Run serves until ctx ends, reloading on hup (SIGHUP, typically) and when
@@ -360,9 +338,9 @@ func ParsePolicy(name string) (sluice.FailurePolicy, bool) {
 func (s *Server) Run(ctx context.Context, hup <-chan struct{}) error {
 	s.log.Info("serving", "grpc", s.GRPCAddr(), "http", s.HTTPAddr(), "admin", s.AdminAddr(), "version", s.Version())
 	errs := make(chan error, 3)
-	go func() { errs <- s.grpc.Serve(s.lns[0]) }()
-	go func() { errs <- s.http.Serve(s.lns[1]) }()
-	go func() { errs <- s.admin.Serve(s.lns[2]) }()
+	go func() { errs <- s.grpc.Serve(s.grpcLn) }()
+	go func() { errs <- s.http.Serve(s.httpLn) }()
+	go func() { errs <- s.admin.Serve(s.adminLn) }()
 	wctx, stopWatch := context.WithCancel(ctx)
 	watched := make(chan struct{})
 	go func() { defer close(watched); s.watch(wctx, hup) }()
@@ -370,29 +348,15 @@ func (s *Server) Run(ctx context.Context, hup <-chan struct{}) error {
 	pending := 3
 	select {
 	case <-ctx.Done():
-	case err = <-errs:
+	case err = <-errs: // a listener failed
 		pending--
 	}
-	s.health.Shutdown()
+	s.grpc.SetServing(false)
 	stopWatch()
 	<-watched
-	timeout := s.opts.ShutdownTimeout
-	if timeout <= 0 {
-		timeout = 10 * time.Second
-	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
-	defer cancel()
-	drained := make(chan struct{})
-	go func() { s.grpc.GracefulStop(); close(drained) }()
-	err = errors.Join(err, s.http.Shutdown(sctx), s.admin.Shutdown(sctx))
-	select {
-	case <-drained:
-	case <-sctx.Done():
-		s.grpc.Stop()
-		<-drained
-	}
+	err = errors.Join(err, s.drain(ctx))
 	for range pending {
-		if e := <-errs; e != nil && !errors.Is(e, http.ErrServerClosed) && !errors.Is(e, grpc.ErrServerStopped) {
+		if e := <-errs; e != nil && !errors.Is(e, http.ErrServerClosed) {
 			err = errors.Join(err, e)
 		}
 	}
@@ -403,10 +367,32 @@ func (s *Server) Run(ctx context.Context, hup <-chan struct{}) error {
 	return errors.Join(err, s.Close())
 }
 
+// drain stops the servers: no new connections or calls, and the calls in
+// flight answered within the shutdown timeout; past it, the gRPC calls
+// still in flight are cut.
+func (s *Server) drain(ctx context.Context) error {
+	timeout := s.opts.ShutdownTimeout
+	if timeout <= 0 {
+		timeout = 10 * time.Second
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	defer cancel()
+	drained := make(chan struct{})
+	go func() { s.grpc.GracefulStop(); close(drained) }()
+	err := errors.Join(s.http.Shutdown(sctx), s.admin.Shutdown(sctx))
+	select {
+	case <-drained:
+	case <-sctx.Done():
+		s.grpc.Stop()
+		<-drained
+	}
+	return err
+}
+
 // Close releases the store and the listeners. Safe to call more than once.
 func (s *Server) Close() error {
 	var err error
-	for _, l := range s.lns {
+	for _, l := range []net.Listener{s.grpcLn, s.httpLn, s.adminLn} {
 		if l != nil {
 			l.Close()
 		}
@@ -418,11 +404,11 @@ func (s *Server) Close() error {
 	return err
 }
 
-// httpHandler serves POST /json (an RLS request as JSON, the answer as
-// JSON: 200, or 429 when over the limit), /healthz, /readyz and /metrics.
+// httpHandler serves /json (rls.JSONHandler: POST an RLS request as
+// JSON, the answer as JSON), /healthz, /readyz and /metrics.
 func (s *Server) httpHandler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /json", s.serveJSON)
+	mux.Handle("/json", rls.JSONHandler(s.svc))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		if p := s.matcher.Load(); p == nil || *p == nil {
@@ -439,48 +425,6 @@ func (s *Server) httpHandler() http.Handler {
 	})
 	mux.Handle("GET /metrics", s.metrics.Handler())
 	return mux
-}
-
-var jsonIn = protojson.UnmarshalOptions{DiscardUnknown: false}
-
-func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
-	if tooLarge := (*http.MaxBytesError)(nil); errors.As(err, &tooLarge) {
-		writeJSONError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("a request is at most %d bytes", MaxBody))
-		return
-	} else if err != nil {
-		writeJSONError(w, http.StatusBadRequest, "reading the request: "+err.Error())
-		return
-	}
-	var req rlpb.RateLimitRequest
-	if err := jsonIn.Unmarshal(body, &req); err != nil {
-		writeJSONError(w, http.StatusBadRequest, "not an RLS request in JSON: "+err.Error())
-		return
-	}
-	resp, err := s.svc.ShouldRateLimit(r.Context(), &req)
-	if err != nil {
-		code := http.StatusServiceUnavailable
-		if status.Code(err) == codes.InvalidArgument {
-			code = http.StatusBadRequest
-		}
-		writeJSONError(w, code, status.Convert(err).Message())
-		return
-	}
-	out, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(resp)
-	if err != nil {
-		writeJSONError(w, http.StatusInternalServerError, "encoding the answer failed")
-		return
-	}
-	var compact bytes.Buffer // protojson varies its spacing on purpose; clients and docs get one form
-	if json.Compact(&compact, out) == nil {
-		out = compact.Bytes()
-	}
-	if resp.OverallCode == rlpb.RateLimitResponse_OVER_LIMIT {
-		w.WriteHeader(http.StatusTooManyRequests)
-	}
-	_, _ = w.Write(append(out, '\n'))
 }
 
 func writeJSONError(w http.ResponseWriter, code int, msg string) {
@@ -546,21 +490,7 @@ func (s *Server) adminHandler() http.Handler {
 	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	mux.Handle("GET /admin/tenants", s.metrics.TenantsHandler())
 	mux.Handle("POST /admin/tenants/reset", s.metrics.ResetTenantsHandler())
-	token := []byte(s.opts.AdminToken)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Cache-Control", "no-store")
-		if len(token) == 0 {
-			writeJSONError(w, http.StatusForbidden, "admin endpoints are off: no admin token is configured (start sluice serve with --admin-token-file)")
-			return
-		}
-		got, bearer := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !bearer || subtle.ConstantTimeCompare([]byte(got), token) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="sluice admin"`)
-			writeJSONError(w, http.StatusUnauthorized, "unauthorized: send Authorization: Bearer and the admin token")
-			return
-		}
-		mux.ServeHTTP(w, r)
-	})
+	return admin.Handler(admin.Options{Token: s.opts.AdminToken, Enable: "start sluice serve with --admin-token-file"}, mux)
 }
 
 // descriptorOf reads an admin request's descriptor: ?domain= and one
@@ -608,18 +538,4 @@ func ReadKeyHMAC(path string) ([]byte, error) {
 		return nil, fmt.Errorf("server: key HMAC secret %s: the secret must be at least 16 characters", path)
 	}
 	return []byte(secret), nil
-}
-
-// ReadToken reads an admin token from a file: one line, at least 16
-// characters.
-func ReadToken(path string) (string, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", fmt.Errorf("server: admin token: %w", err)
-	}
-	t := strings.TrimSpace(string(b))
-	if len(t) < 16 || strings.ContainsAny(t, " \t\r\n") {
-		return "", fmt.Errorf("server: admin token %s: one word of at least 16 characters", path)
-	}
-	return t, nil
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/rls"
 	"github.com/sluicehq/sluice/server"
 )
 
@@ -128,7 +129,7 @@ func TestServe(t *testing.T) {
 		{`{"domain":"edge"`, "not an RLS request in JSON"},
 		{`{"domain":"edge","descriptors":[]}`, "descriptor list must not be empty"},
 		{`{"domain":"edge","nope":1}`, "not an RLS request in JSON"},
-		{strings.Repeat(" ", server.MaxBody+1), "at most"},
+		{strings.Repeat(" ", rls.MaxJSONBody+1), "at most"},
 	} {
 		if code, body := httpDo(t, "POST", base+"/json", c.body); code/100 != 4 || !strings.Contains(body, c.want) {
 			t.Errorf("%.30q: %d %s, want a 4xx saying %q", c.body, code, body, c.want)
@@ -217,6 +218,21 @@ func TestRefusesABadConfig(t *testing.T) {
 	_, err := server.New(server.Options{Load: server.EnvoyLoader(dir), HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0"})
 	if err == nil || !strings.Contains(err.Error(), "bad.yaml:4") || !strings.Contains(err.Error(), "fortnight") {
 		t.Fatalf("%v", err)
+	}
+}
+
+// A gateway configuration given to sluice serve is refused saying so, in
+// the one "file:line: reason" format.
+func TestRefusesAGatewayConfig(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "gateway.yaml")
+	if err := os.WriteFile(path, []byte("listen: 127.0.0.1:8080\nupstream: http://127.0.0.1:3000\nlimits: [{name: a, quota: 1, window: 1s}]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := server.New(server.Options{Load: server.EnvoyLoader(path), HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0"})
+	if err == nil || !strings.HasPrefix(err.Error(), path+":1: ") || !strings.Contains(err.Error(), "this looks like a gateway configuration (sluice gateway --config)") {
+		t.Fatalf("%v, want %s:1: and the hint", err, path)
 	}
 }
 
@@ -374,8 +390,39 @@ func TestLoaderReadsFailurePolicies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(l.FailurePolicies) != 1 || l.FailurePolicies["edge.api_key"] != "fail_closed" {
+	if len(l.FailurePolicies) != 1 || l.FailurePolicies["edge.api_key"] != sluice.FailClosed {
 		t.Fatalf("%v", l.FailurePolicies)
+	}
+}
+
+// The loader refuses what is not a configuration: a missing path, a
+// directory without YAML files, a file beyond the size bound, a domain
+// defined twice; each error names the path.
+func TestLoaderRefuses(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	write("empty/notes.txt", "not a configuration")
+	write("twice/a.yaml", config(1))
+	write("twice/b.yaml", config(2))
+	for _, c := range []struct{ path, says string }{
+		{filepath.Join(dir, "missing"), "missing"},
+		{filepath.Join(dir, "empty"), "empty: no *.yaml or *.yml file"},
+		{write("big.yaml", "domain: edge\n"+strings.Repeat("#", 1<<20)), "big.yaml: larger than 1048576 bytes"},
+		{filepath.Join(dir, "twice"), "b.yaml:1: duplicate domain 'edge'"},
+	} {
+		if _, err := server.EnvoyLoader(c.path)(); err == nil || !strings.Contains(err.Error(), c.says) {
+			t.Errorf("%s: %v, want an error saying %q", c.path, err, c.says)
+		}
 	}
 }
 
@@ -460,7 +507,7 @@ descriptors:
 	if err := os.WriteFile(filepath.Join(dir, "edge.yaml"), []byte(file), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s, err := server.New(server.Options{Load: server.EnvoyLoader(dir), Redis: redis.Addr(), HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0"})
+	s, err := server.New(server.Options{Load: server.EnvoyLoader(dir), Redis: redis.Addr(), RedisTimeout: redisTimeout(), HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)
 	}

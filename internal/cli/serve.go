@@ -11,6 +11,8 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/admin"
 	"github.com/sluicehq/sluice/server"
 )
 
@@ -50,8 +52,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "sluice serve: --grpc-max-streams %d, --grpc-call-timeout %v: the streams must be between 1 and %d (HTTP/2's largest), the timeout positive (a bound cannot be switched off)\n", *maxStreams, *callTimeout, math.MaxInt32)
 		return exitUsage
 	}
-	policy, ok := server.ParsePolicy(*failure)
-	if !ok {
+	policy, err := sluice.ParseFailurePolicy(*failure)
+	if err != nil {
 		fmt.Fprintf(stderr, "sluice serve: --on-redis-failure %q: fail_open, fail_closed or fail_local\n", *failure)
 		return exitUsage
 	}
@@ -70,7 +72,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	var token string
 	if *tokenFile != "" {
 		var err error
-		if token, err = server.ReadToken(*tokenFile); err != nil {
+		if token, err = admin.ReadToken(admin.Source{File: *tokenFile}); err != nil {
 			fmt.Fprintln(stderr, "sluice serve:", err)
 			return exitError
 		}

@@ -81,6 +81,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/configfile"
 )
 
 // Unit is a rate limit's unit of time. Its values are those of Envoy's
@@ -153,13 +154,6 @@ func unitOf(d time.Duration) Unit {
 	return UnitUnknown
 }
 
-// On-failure policies of sluice's on_failure extension.
-const (
-	FailOpen   = "fail_open"
-	FailClosed = "fail_closed"
-	FailLocal  = "fail_local"
-)
-
 // Entry is one key and value of a request's descriptor.
 type Entry struct{ Key, Value string }
 
@@ -203,9 +197,11 @@ type Rule struct {
 	Window time.Duration
 	// Burst is the burst extension; 0 when absent.
 	Burst float64
-	// OnFailure is the on_failure extension: FailOpen, FailClosed,
-	// FailLocal, or "" (the store's default).
-	OnFailure string
+	// OnFailure is the on_failure extension: what a shared store decides
+	// for the rule's limit when it cannot answer (fail_open, fail_closed or
+	// fail_local); nil when the file does not say, and the store's default
+	// applies.
+	OnFailure *sluice.FailurePolicy
 
 	limitName string // limitName of the configured full key: the same for every request
 }
@@ -284,23 +280,11 @@ func limitName(key string) string {
 	return fmt.Sprintf("%s:%016x", b, h.Sum64())
 }
 
-// Error is a refused configuration: the file, the line and the reason.
-type Error struct {
-	// File is the name given to Parse: the path, for LoadFiles and LoadDir.
-	File string
-	// Line is 1-based; 0 when the reason is about the whole file.
-	Line int
-	// Reason says what is wrong, in envoy's ratelimit's words where it
-	// has some.
-	Reason string
-}
-
-func (e *Error) Error() string {
-	if e.Line > 0 {
-		return fmt.Sprintf("envoyconfig: %s:%d: %s", e.File, e.Line, e.Reason)
-	}
-	return fmt.Sprintf("envoyconfig: %s: %s", e.File, e.Reason)
-}
+// Error is a refused configuration: the file, the line and the reason,
+// said as "file:line: reason" (or "file: reason" about the whole file),
+// as the gateway's (gateway/config.Error) are: it is the same type. Its
+// Reason is in envoyproxy/ratelimit's words where they have some.
+type Error = configfile.Error
 
 // Domain is one parsed file: a domain and its descriptors. It is immutable
 // once Parse returns it.
@@ -421,7 +405,7 @@ func readFile(path string) ([]byte, error) {
 		return nil, fmt.Errorf("envoyconfig: read %s: %w", path, err)
 	}
 	if len(data) > MaxFileSize {
-		return nil, &Error{File: path, Reason: fmt.Sprintf("larger than %d bytes (MaxFileSize)", MaxFileSize)}
+		return nil, &Error{File: path, Reason: tooLarge}
 	}
 	return data, nil
 }

@@ -52,5 +52,5 @@ descriptors:
 	// [{message_type marketing} {to_number 2061111111}]: messaging.message_type_marketing.to_number, 5 per DAY: messaging.message_type_marketing.to_number: fixed_window 5 per 24h0m0s
 	// [{to_number 2061111111}]: messaging.to_number, 100 per DAY: messaging.to_number: fixed_window 100 per 24h0m0s
 	// [{message_type receipt} {to_number 2061111111}]: no limit
-	// envoyconfig: bad.yaml:5: invalid rate limit unit 'fortnight'
+	// bad.yaml:5: invalid rate limit unit 'fortnight'
 }

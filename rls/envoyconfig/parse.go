@@ -13,6 +13,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/configfile"
 )
 
 const (
@@ -26,6 +27,9 @@ const (
 	maxNodes = 1 << 20 // YAML nodes visited, aliases expanded
 	maxMerge = 8       // merge keys (<<) within merged mappings
 )
+
+// tooLarge is the reason a file beyond MaxFileSize is refused.
+var tooLarge = fmt.Sprintf("larger than %d bytes, the largest file sluice reads", MaxFileSize)
 
 // A mapping's keys: which a mapping of each kind may hold.
 type schema struct {
@@ -48,10 +52,17 @@ var unsupported = map[string]string{
 	"metadata":   "envoyproxy/ratelimit's descriptor metadata (returned to the client for quota-based routing) is not supported by sluice",
 }
 
+// gatewayKeys are the top-level keys of sluice gateway's configuration
+// (package config), which a file given to sluice serve may be by mistake.
+var gatewayKeys = []string{"listen", "upstream", "admin", "server", "store", "headers", "client_ip", "request", "limits", "rules"}
+
 // hint explains a key that is not in its mapping's schema.
 func hint(key string, in *schema) string {
 	if why, ok := unsupported[key]; ok {
 		return fmt.Sprintf("config error, key '%s': %s", key, why)
+	}
+	if in == topSchema && contains(gatewayKeys, key) {
+		return fmt.Sprintf("config error, unknown key '%s' in the top level: this looks like a gateway configuration (sluice gateway --config); sluice serve reads envoyproxy/ratelimit's files (domain, descriptors)", key)
 	}
 	for _, s := range schemas {
 		if s != in && contains(s.keys, key) {
@@ -79,11 +90,11 @@ func contains(ss []string, s string) bool {
 func Parse(name string, data []byte) (*Domain, error) {
 	p := &parser{file: name}
 	if len(data) > MaxFileSize {
-		return nil, &Error{File: name, Reason: fmt.Sprintf("larger than %d bytes (MaxFileSize)", MaxFileSize)}
+		return nil, &Error{File: name, Reason: tooLarge}
 	}
 	doc, extra, err := decode(data)
 	if err != nil {
-		return nil, &Error{File: name, Line: yamlLine(err), Reason: "error loading config file: " + err.Error()}
+		return nil, &Error{File: name, Line: configfile.YAMLLine(err), Reason: "error loading config file: " + err.Error()}
 	}
 	if extra != nil {
 		return nil, p.errAt(extra.Content[0], "a second YAML document: envoy's ratelimit reads only the first, sluice refuses the rest")
@@ -157,22 +168,6 @@ func decode(data []byte) (doc, extra *yaml.Node, err error) {
 		}
 	}
 	return &first, extra, nil
-}
-
-// yamlLine extracts the line from a yaml.v3 error ("yaml: line 3: ...").
-func yamlLine(err error) int {
-	msg := err.Error()
-	i := strings.Index(msg, "line ")
-	if i < 0 {
-		return 0
-	}
-	j := i + len("line ")
-	k := j
-	for k < len(msg) && '0' <= msg[k] && msg[k] <= '9' {
-		k++
-	}
-	n, _ := strconv.Atoi(msg[j:k])
-	return n
 }
 
 type parser struct {
@@ -428,7 +423,7 @@ func (p *parser) descriptors(d *Domain, parent *node, prefix string, list *yaml.
 	case list.Kind != yaml.SequenceNode:
 		return p.errAt(list, "descriptors must be a list of descriptors, not %s", describe(list))
 	case depth > MaxDepth:
-		return p.errAt(list, "descriptors nested more than %d levels deep (MaxDepth)", MaxDepth)
+		return p.errAt(list, "descriptors nested more than %d levels deep, the deepest sluice reads", MaxDepth)
 	}
 	for _, item := range list.Content {
 		it, err := p.resolve(item)
@@ -560,9 +555,7 @@ func (p *parser) rateLimit(block *yaml.Node, fullKey string, shadow, detailed bo
 			window, err = p.str(f)
 			windowNode = f.val
 		case "on_failure":
-			if r.OnFailure, err = p.str(f); err == nil && r.OnFailure != FailOpen && r.OnFailure != FailClosed && r.OnFailure != FailLocal {
-				err = p.errAt(f.val, "on_failure %q: want %s, %s or %s", trunc(r.OnFailure), FailOpen, FailClosed, FailLocal)
-			}
+			r.OnFailure, err = p.failurePolicy(f)
 		}
 		if err != nil {
 			return nil, err
@@ -614,6 +607,19 @@ func (p *parser) rateLimit(block *yaml.Node, fullKey string, shadow, detailed bo
 		}
 	}
 	return r, nil
+}
+
+// failurePolicy reads sluice's on_failure: a sluice.FailurePolicy's name.
+func (p *parser) failurePolicy(f field) (*sluice.FailurePolicy, error) {
+	s, err := p.str(f)
+	if err != nil {
+		return nil, err
+	}
+	policy, err := sluice.ParseFailurePolicy(s)
+	if err != nil {
+		return nil, p.errAt(f.val, "on_failure %q: want %v, %v or %v", trunc(s), sluice.FailOpen, sluice.FailClosed, sluice.FailLocal)
+	}
+	return &policy, nil
 }
 
 // replaces reads the replaces list: the name field of each entry.

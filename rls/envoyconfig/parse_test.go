@@ -59,6 +59,9 @@ func TestParseRefuses(t *testing.T) {
 		{"empty rate_limit", head + "  - key: a\n    rate_limit: {}\n", 4, "invalid rate limit unit ''"},
 		{"unit with unlimited", head + "  - key: a\n    rate_limit:\n      unlimited: true\n      unit: day\n", 6, "should not specify rate limit unit when unlimited"},
 		{"unknown key at the top", "domain: d\nratelimit: {}\n", 2, "config error, unknown key 'ratelimit' in the top level"},
+		{"a gateway configuration", "listen: 127.0.0.1:8080\nupstream: http://127.0.0.1:3000\nlimits: []\n", 1, "unknown key 'listen' in the top level: this looks like a gateway configuration (sluice gateway --config)"},
+		{"a gateway configuration's limits", "limits: [{name: a, quota: 1, window: 1s}]\nrules: []\n", 1, "unknown key 'limits' in the top level: this looks like a gateway configuration (sluice gateway --config)"},
+		{"a gateway key in a descriptor", head + "  - key: a\n    limits: []\n", 4, "unknown key 'limits' in a descriptor (want one of key, value"},
 		{"unknown key in a descriptor", head + "  - key: a\n    ratelimit:\n      unit: day\n", 4, "config error, unknown key 'ratelimit' in a descriptor"},
 		{"unknown key in rate_limit", head + "  - key: a\n    rate_limit:\n      unit: day\n      requestsperunit: 5\n", 6, "config error, unknown key 'requestsperunit' in rate_limit"},
 		{"unknown key in replaces", head + "  - key: a\n    rate_limit:\n      unit: day\n      replaces: [{nam: x}]\n", 6, "config error, unknown key 'nam' in a replaces entry"},
@@ -101,6 +104,8 @@ func TestParseRefuses(t *testing.T) {
 		{"bad window", head + "  - key: a\n    rate_limit: {window: soon, requests_per_unit: 1}\n", 4, "window \"soon\": want a positive Go duration"},
 		{"negative window", head + "  - key: a\n    rate_limit: {window: -1s, requests_per_unit: 1}\n", 4, "want a positive Go duration"},
 		{"sub-microsecond window", head + "  - key: a\n    rate_limit: {window: 1500ns, requests_per_unit: 1}\n", 4, "whole number of microseconds"},
+		{"on_failure not a string", head + "  - key: a\n    rate_limit: {unit: minute, requests_per_unit: 1, on_failure: [fail_open]}\n", 4, "on_failure must be a string, not a list"},
+		{"burst not a number", head + "  - key: a\n    rate_limit: {unit: minute, requests_per_unit: 1, algorithm: gcra, burst: fast}\n", 4, "burst must be a number, not \"fast\" (str)"},
 		{"bad on_failure", head + "  - key: a\n    rate_limit: {unit: minute, requests_per_unit: 1, on_failure: fail_maybe}\n", 4, "on_failure \"fail_maybe\": want fail_open, fail_closed or fail_local"},
 		{"extension when unlimited", head + "  - key: a\n    rate_limit: {unlimited: true, algorithm: gcra}\n", 4, "should not specify algorithm when unlimited"},
 		{"concurrency beyond MaxEntries", head + "  - key: a\n    rate_limit: {unit: minute, requests_per_unit: 20000, algorithm: concurrency}\n", 4, "whole number up to 10000"},
@@ -113,6 +118,41 @@ func TestParseRefuses(t *testing.T) {
 			}
 			refused(t, err, "t.yaml", tc.line, tc.want)
 		})
+	}
+}
+
+// Every refusal reads "file:line: reason" (or "file: reason" about the
+// whole file), in the configuration's words: no Go package, type or
+// constant name.
+func TestErrorFormat(t *testing.T) {
+	t.Parallel()
+	if got := (&envoyconfig.Error{File: "edge.yaml", Line: 4, Reason: "invalid rate limit unit 'fortnight'"}).Error(); got != "edge.yaml:4: invalid rate limit unit 'fortnight'" {
+		t.Errorf("with a line: %q", got)
+	}
+	if got := (&envoyconfig.Error{File: "edge.yaml", Reason: "larger than 1048576 bytes"}).Error(); got != "edge.yaml: larger than 1048576 bytes" {
+		t.Errorf("without a line: %q", got)
+	}
+	for name, yaml := range map[string]string{
+		"too large":  "domain: d\n" + strings.Repeat("#", envoyconfig.MaxFileSize),
+		"too deep":   "domain: d\ndescriptors:" + strings.Repeat(" [{key: k, descriptors:", 33) + " []" + strings.Repeat("}]", 33) + "\n",
+		"bad unit":   "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n",
+		"gateway":    "upstream: http://127.0.0.1:3000\n",
+		"on_failure": "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: minute, requests_per_unit: 1, on_failure: open}\n",
+	} {
+		_, err := envoyconfig.Parse("t.yaml", []byte(yaml))
+		if err == nil {
+			t.Errorf("%s: accepted", name)
+			continue
+		}
+		msg := err.Error()
+		if !strings.HasPrefix(msg, "t.yaml:") {
+			t.Errorf("%s: %q does not start with the file", name, msg)
+		}
+		for _, goName := range []string{"envoyconfig", "MaxFileSize", "MaxDepth", "FailurePolicy", "sluice.", "*"} {
+			if strings.Contains(msg, goName) {
+				t.Errorf("%s: %q says %q, a Go name", name, msg, goName)
+			}
+		}
 	}
 }
 
@@ -305,7 +345,7 @@ func TestParseExtensions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if plain.Extensions || plain.Rules()[0].Algorithm != sluice.FixedWindow || plain.Rules()[0].OnFailure != "" {
+	if plain.Extensions || plain.Rules()[0].Algorithm != sluice.FixedWindow || plain.Rules()[0].OnFailure != nil {
 		t.Fatalf("an envoy file: extensions %v, %+v", plain.Extensions, plain.Rules()[0])
 	}
 	d, err := envoyconfig.Parse("t.yaml", []byte("domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      window: 30s\n      requests_per_unit: 10\n      algorithm: token_bucket\n      burst: 2.5\n      on_failure: fail_local\n"))
@@ -315,8 +355,17 @@ func TestParseExtensions(t *testing.T) {
 	r := d.Rules()[0]
 	l, ok := r.Limit()
 	want := sluice.Limit{Name: "d.a", Algorithm: sluice.TokenBucket, Quota: 10, Window: 30 * time.Second, Burst: 2.5}
-	if !d.Extensions || !ok || l != want || r.OnFailure != envoyconfig.FailLocal || r.Unit != envoyconfig.UnitUnknown {
+	if !d.Extensions || !ok || l != want || r.OnFailure == nil || *r.OnFailure != sluice.FailLocal || r.Unit != envoyconfig.UnitUnknown {
 		t.Fatalf("extensions %v, rule %+v, limit %+v (%v); want %+v, fail_local", d.Extensions, r, l, ok, want)
+	}
+	for _, p := range []sluice.FailurePolicy{sluice.FailOpen, sluice.FailClosed, sluice.FailLocal} {
+		d, err := envoyconfig.Parse("t.yaml", []byte("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, on_failure: "+p.String()+"}\n"))
+		if err != nil {
+			t.Fatalf("on_failure %v: %v", p, err)
+		}
+		if got := d.Rules()[0].OnFailure; got == nil || *got != p {
+			t.Errorf("on_failure %v: read %v", p, got)
+		}
 	}
 }
 

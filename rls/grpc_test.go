@@ -1,28 +1,73 @@
-package server_test
+package rls_test
 
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net"
-	"os"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	commonrl "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlpb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
-	rlpb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-
-	"github.com/sluicehq/sluice/server"
+	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/rls"
 )
+
+// slack is what a bound may be overrun by on a shared machine under -race.
+const slack = time.Second
+
+// generous is a configuration whose api_key limit no test reaches.
+var generous = table{"edge": {"api_key": perMinute("per_key", 1<<30)}}
+
+// grpcServer is a GRPCServer of a Service on the memory store, serving on
+// a loopback port until the end of the test.
+type grpcServer struct {
+	*rls.GRPCServer
+	addr   string
+	served func() error // Serve's result, once it returned
+}
+
+func serveGRPC(t testing.TB, opts rls.GRPCOptions) *grpcServer {
+	t.Helper()
+	g, err := rls.NewGRPCServer(newService(t), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	result := make(chan error, 1)
+	go func() { result <- g.Serve(ln) }()
+	s := &grpcServer{GRPCServer: g, addr: ln.Addr().String(), served: sync.OnceValue(func() error { return <-result })}
+	t.Cleanup(func() {
+		g.Stop()
+		if err := s.served(); err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	return s
+}
+
+// request is a RateLimitRequest of one descriptor, api_key=key.
+func request(key string) *rlpb.RateLimitRequest {
+	return &rlpb.RateLimitRequest{Domain: "edge", Descriptors: []*commonrl.RateLimitDescriptor{desc("api_key", key)}}
+}
 
 const (
 	shouldRateLimit = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
@@ -209,18 +254,18 @@ func callOK(t *testing.T, addr, what string) {
 	}
 }
 
-// One connection holds at most GRPCMaxStreams calls: the server announces
+// One connection holds at most MaxStreams calls: the server announces
 // the bound in its SETTINGS, refuses the streams past it (RST_STREAM
 // REFUSED_STREAM, which a client retries), and so holds no more goroutines
 // than the bound however many HEADERS a peer sends. Calls on other
 // connections answer meanwhile. (Not parallel: it counts goroutines.)
 func TestStreamsPerConnectionAreCapped(t *testing.T) {
 	const max, extra = 8, 200
-	s := serve(t, server.Options{GRPCMaxStreams: max, GRPCCallTimeout: time.Hour})
-	callOK(t, s.GRPCAddr(), "a call before the attack") // the client's goroutines come and go
+	s := serveGRPC(t, rls.GRPCOptions{MaxStreams: max, CallTimeout: time.Hour})
+	callOK(t, s.addr, "a call before the attack") // the client's goroutines come and go
 	before := baseline()
 
-	p := dialStuck(t, s.GRPCAddr())
+	p := dialStuck(t, s.addr)
 	if got, ok := p.settings[http2.SettingMaxConcurrentStreams]; !ok || got != max {
 		t.Errorf("the server's SETTINGS_MAX_CONCURRENT_STREAMS: %d (sent %v), want %d", got, ok, max)
 	}
@@ -243,27 +288,27 @@ func TestStreamsPerConnectionAreCapped(t *testing.T) {
 	if n := runtime.NumGoroutine(); n > before+max+goroutineSlack {
 		t.Errorf("goroutines: %d with %d stuck HEADERS on one connection, %d before; want at most %d more", n, max+extra, before, max+goroutineSlack)
 	}
-	callOK(t, s.GRPCAddr(), "a call during the attack")
+	callOK(t, s.addr, "a call during the attack")
 }
 
-// A call whose message never arrives ends GRPCCallTimeout after its
+// A call whose message never arrives ends CallTimeout after its
 // HEADERS (trailers with grpc-status 4, DEADLINE_EXCEEDED), however long
 // the client's own deadline; a shorter client deadline ends it sooner. Its
 // goroutine returns, and calls answer throughout. (Not parallel: it counts
 // goroutines.)
 func TestStuckCallsEndAtTheCallTimeout(t *testing.T) {
 	const max, timeout = 8, 500 * time.Millisecond
-	s := serve(t, server.Options{GRPCMaxStreams: max, GRPCCallTimeout: timeout})
-	callOK(t, s.GRPCAddr(), "a call before the attack")
+	s := serveGRPC(t, rls.GRPCOptions{MaxStreams: max, CallTimeout: timeout})
+	callOK(t, s.addr, "a call before the attack")
 	before := baseline()
 
-	p := dialStuck(t, s.GRPCAddr())
+	p := dialStuck(t, s.addr)
 	start := time.Now()
 	none := p.open(t, 3, shouldRateLimit, "")
 	longer := p.open(t, 3, shouldRateLimit, "3600S")
 	shorter := p.open(t, 1, shouldRateLimit, "200m")
 	health := p.open(t, 1, "/grpc.health.v1.Health/Check", "")
-	callOK(t, s.GRPCAddr(), "a call during the attack")
+	callOK(t, s.addr, "a call during the attack")
 	ends := p.collect(slices.Concat(none, longer, shorter, health), start.Add(timeout+slack))
 
 	check := func(what string, ids []uint32, bound time.Duration, want func(streamEnd) bool) {
@@ -296,19 +341,19 @@ func TestStuckCallsEndAtTheCallTimeout(t *testing.T) {
 			t.Errorf("a stuck call after the first ones ended: stream %d ended with %+v, want grpc-status 4", id, e)
 		}
 	}
-	callOK(t, s.GRPCAddr(), "a call after the attack")
+	callOK(t, s.addr, "a call after the attack")
 }
 
 // A streaming call (the health service's Watch) is bounded only until its
-// request message arrives: a stuck Watch ends GRPCCallTimeout after its
+// request message arrives: a stuck Watch ends CallTimeout after its
 // HEADERS, a real one stays open past it (a client that watches health
-// would otherwise see its stream fail every GRPCCallTimeout).
+// would otherwise see its stream fail every CallTimeout).
 func TestStuckWatchEndsRealWatchStays(t *testing.T) {
 	t.Parallel()
 	const timeout = 300 * time.Millisecond
-	s := serve(t, server.Options{GRPCCallTimeout: timeout})
+	s := serveGRPC(t, rls.GRPCOptions{CallTimeout: timeout})
 
-	conn, err := grpc.NewClient(s.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(s.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,7 +368,7 @@ func TestStuckWatchEndsRealWatchStays(t *testing.T) {
 		t.Fatalf("the first answer of a Watch: %v %v", r, err)
 	}
 	start := time.Now()
-	p := dialStuck(t, s.GRPCAddr())
+	p := dialStuck(t, s.addr)
 	stuck := p.open(t, 1, healthWatch, "")
 	e, ok := p.collect(stuck, start.Add(timeout+slack))[stuck[0]]
 	if !ok || e.status != 4 {
@@ -342,12 +387,12 @@ func TestStuckWatchEndsRealWatchStays(t *testing.T) {
 }
 
 // BenchmarkGRPCCall is an RLS call end to end over one gRPC connection,
-// with no client deadline (GRPCCallTimeout applies) and with a deadline of
-// 1 s (shorter than GRPCCallTimeout: the call keeps its context as it is,
+// with no client deadline (CallTimeout applies) and with a deadline of
+// 1 s (shorter than CallTimeout: the call keeps its context as it is,
 // as Envoy's, 20 ms by default, does).
 func BenchmarkGRPCCall(b *testing.B) {
-	s := serve(b, server.Options{})
-	conn, err := grpc.NewClient(s.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	s := serveGRPC(b, rls.GRPCOptions{})
+	conn, err := grpc.NewClient(s.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -378,29 +423,134 @@ func BenchmarkGRPCCall(b *testing.B) {
 	}
 }
 
-// Call bounds out of range are refused by New, saying which and why.
-func TestBadCallBounds(t *testing.T) {
+// The health service says SERVING until SetServing(false), and again after
+// SetServing(true); GracefulStop answers the calls in flight and makes
+// Serve return nil, as a Serve after it does.
+func TestGRPCServerHealthAndStop(t *testing.T) {
 	t.Parallel()
+	s := serveGRPC(t, rls.GRPCOptions{})
+	conn, err := grpc.NewClient(s.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	health := healthpb.NewHealthClient(conn)
+	check := func(what string, want healthpb.HealthCheckResponse_ServingStatus) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if r, err := health.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil || r.Status != want {
+			t.Errorf("%s: %v %v, want %v", what, r, err, want)
+		}
+	}
+	check("at start", healthpb.HealthCheckResponse_SERVING)
+	s.SetServing(false)
+	check("after SetServing(false)", healthpb.HealthCheckResponse_NOT_SERVING)
+	s.SetServing(true)
+	check("after SetServing(true)", healthpb.HealthCheckResponse_SERVING)
+	callOK(t, s.addr, "a call before the stop")
+
+	s.GracefulStop()
+	if err := s.served(); err != nil {
+		t.Errorf("Serve after GracefulStop: %v, want nil", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Serve(ln); err != nil {
+		t.Errorf("Serve after the stop: %v, want nil", err)
+	}
+}
+
+// failingListener is a listener whose Accept fails for good.
+type failingListener struct{ net.Listener }
+
+var errAccept = errors.New("accept failed for good")
+
+func (failingListener) Accept() (net.Conn, error) { return nil, errAccept }
+
+// Serve returns its listener's failure.
+func TestGRPCServerServeFails(t *testing.T) {
+	t.Parallel()
+	g, err := rls.NewGRPCServer(newService(t), rls.GRPCOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Serve(failingListener{ln}); !errors.Is(err, errAccept) {
+		t.Errorf("Serve on a failing listener: %v, want %v", err, errAccept)
+	}
+	g.Stop()
+}
+
+// newService is a Service on the memory store with the generous
+// configuration.
+func newService(t testing.TB) *rls.Service {
+	t.Helper()
+	ms, err := memstore.New(memstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ms.Close() })
+	var m atomic.Pointer[rls.Matcher]
+	var matcher rls.Matcher = generous
+	m.Store(&matcher)
+	svc, err := rls.New(rls.Options{Limiter: ms, Config: &m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return svc
+}
+
+// A request larger than MaxMessage is refused RESOURCE_EXHAUSTED; one
+// within it is answered.
+func TestGRPCServerMaxMessage(t *testing.T) {
+	t.Parallel()
+	s := serveGRPC(t, rls.GRPCOptions{MaxMessage: 512})
+	conn, err := grpc.NewClient(s.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := rlpb.NewRateLimitServiceClient(conn)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := client.ShouldRateLimit(ctx, request(strings.Repeat("k", 600))); status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("a 600-byte key under MaxMessage 512: %v, want RESOURCE_EXHAUSTED", err)
+	}
+	if r, err := client.ShouldRateLimit(ctx, request(strings.Repeat("k", 400))); err != nil || r.OverallCode != rlpb.RateLimitResponse_OK {
+		t.Errorf("a 400-byte key: %v %v, want OK", r, err)
+	}
+}
+
+// Options out of range, and no Service, are refused, saying which and why.
+func TestNewGRPCServerRefuses(t *testing.T) {
+	t.Parallel()
+	svc := newService(t)
 	for _, c := range []struct {
-		opts server.Options
+		opts rls.GRPCOptions
 		says string
 	}{
-		{server.Options{GRPCMaxStreams: -1}, "Options.GRPCMaxStreams -1: must be between 1 and 2147483647"},
-		{server.Options{GRPCMaxStreams: 1 << 31}, "Options.GRPCMaxStreams 2147483648"},
-		{server.Options{GRPCCallTimeout: -time.Second}, "Options.GRPCCallTimeout -1s: must be positive"},
+		{rls.GRPCOptions{IdleTimeout: -time.Second}, "GRPCOptions.IdleTimeout -1s: must be positive"},
+		{rls.GRPCOptions{PingInterval: -time.Second}, "GRPCOptions.PingInterval -1s: must be positive"},
+		{rls.GRPCOptions{PingTimeout: -time.Second}, "GRPCOptions.PingTimeout -1s: must be positive"},
+		{rls.GRPCOptions{CallTimeout: -time.Second}, "GRPCOptions.CallTimeout -1s: must be positive"},
+		{rls.GRPCOptions{MaxStreams: -1}, "GRPCOptions.MaxStreams -1: must be between 1 and 2147483647"},
+		{rls.GRPCOptions{MaxStreams: 1 << 31}, "GRPCOptions.MaxStreams 2147483648"},
+		{rls.GRPCOptions{MaxMessage: -1}, "GRPCOptions.MaxMessage -1: must be positive"},
 	} {
-		dir := t.TempDir()
-		if err := os.WriteFile(filepath.Join(dir, "edge.yaml"), []byte(config(100)), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		c.opts.Load = server.EnvoyLoader(dir)
-		c.opts.HTTPAddr, c.opts.GRPCAddr, c.opts.AdminAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
-		s, err := server.New(c.opts)
-		if err == nil {
-			s.Close()
-		}
-		if err == nil || !strings.Contains(err.Error(), c.says) {
+		if g, err := rls.NewGRPCServer(svc, c.opts); err == nil || !strings.Contains(err.Error(), c.says) {
 			t.Errorf("%+v: %v, want an error saying %q", c.opts, err, c.says)
+			if g != nil {
+				g.Stop()
+			}
 		}
+	}
+	if _, err := rls.NewGRPCServer(nil, rls.GRPCOptions{}); err == nil {
+		t.Error("no Service: accepted")
 	}
 }
