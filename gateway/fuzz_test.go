@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/gateway/config"
 	"github.com/sluicehq/sluice/memstore"
 )
 

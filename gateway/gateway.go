@@ -1,15 +1,21 @@
-// Package gateway is sluice's rate-limiting reverse proxy (sluice gateway):
-// the seed's central gateway, put in front of any upstream without writing
-// Go. It is httplimit in front of httputil.ReverseProxy, configured by a
-// config.File: the memory store by default, Redis for a fleet; and an admin
-// listener, on loopback by default, serving /metrics, /healthz and, behind
-// a bearer token, the heaviest tenants.
+// Package gateway is sluice's rate-limiting reverse proxy (sluice
+// gateway): put in front of any HTTP upstream, it enforces the rules of a
+// YAML file (package gateway/config) without writing Go. It is httplimit
+// in front of httputil.ReverseProxy: each request is normalised once (its
+// path, its headers) so that the rules and the upstream see the same
+// request, bounded (timeouts, body size, connections), limited, then
+// proxied; one refused is answered with its status (429, or 400, 413, 503
+// …) and a JSON reason. The store is in memory by default, Redis for a
+// fleet. An admin listener, on loopback by default, serves /healthz,
+// /readyz, /metrics and, behind a bearer token, the heaviest tenants.
+//
+// Check runs every check New runs, without binding a listener or
+// connecting to Redis (sluice check); New builds the gateway and binds its
+// listeners; Run serves until its context ends.
 package gateway
 
 import (
 	"context"
-	"crypto/subtle"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -26,9 +32,10 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/clientip"
-	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/enforce"
+	"github.com/sluicehq/sluice/gateway/config"
 	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/internal/admin"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/ratelimitheader"
@@ -66,10 +73,72 @@ type Gateway struct {
 	failsClosed bool
 }
 
-// New opens the store, builds the middleware and binds both listeners (so
-// Addr and AdminAddr are known, for a configuration on port 0). Errors say
-// what could not be set up.
+// ErrNoUpstream is the error of New when neither Options.Upstream nor the
+// configuration's upstream: says where requests go, and Check's once
+// everything else has passed.
+var ErrNoUpstream = errors.New("gateway: no upstream: give --upstream or upstream: in the configuration")
+
+// Check runs every check New runs, without binding a listener or
+// connecting to Redis: the options, the upstream URL, the files the
+// configuration names (admin.token_file and store.redis.key_hmac_file,
+// read by the code New reads them with), and the options of the store, of
+// the client-IP resolver and of the middleware, each built and released.
+// New runs the same steps first, so a configuration Check accepts fails
+// New only on what the machine decides at that moment: an address in use
+// or not this host's, a file changed in between. sluice check runs it.
+//
+// Without an upstream (neither Options.Upstream nor the file's) Check
+// checks everything else and then returns ErrNoUpstream: a file may leave
+// the upstream to sluice gateway --upstream. An error about a field of
+// the file is a *config.Error, with the field's line.
+func Check(opts Options) error {
+	noUpstream := opts.Config != nil && opts.Upstream == "" && opts.Config.Upstream == ""
+	if noUpstream {
+		opts.Upstream = "http://upstream.invalid" // a stand-in, never called, so that the rest is checked
+	}
+	g, err := build(opts, offlineRedis)
+	if err != nil {
+		return err
+	}
+	if err := g.Close(); err != nil {
+		return err
+	}
+	if noUpstream {
+		return ErrNoUpstream
+	}
+	return nil
+}
+
+// New runs Check's steps, connecting the Redis store (in the background:
+// a Redis down at start is an outage the limits' on_failure decides until
+// it appears), and binds both listeners (so Addr and AdminAddr are known,
+// for a configuration on port 0). Errors say what could not be set up; one
+// about a field of the file is a *config.Error with the field's line.
 func New(opts Options) (*Gateway, error) {
+	g, err := build(opts, dialRedis)
+	if err != nil {
+		return nil, err
+	}
+	cfg := opts.Config
+	if g.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
+		g.Close()
+		return nil, cfg.ErrorAt("listen", err)
+	}
+	// At most max_connections at once: the others wait in the kernel's
+	// backlog until a timeout or a client closes one.
+	g.ln = netutil.LimitListener(g.ln, cfg.Server.MaxConnections)
+	if g.aln, err = net.Listen("tcp", cfg.Admin.Listen); err != nil {
+		g.Close()
+		return nil, cfg.ErrorAt("admin.listen", err)
+	}
+	return g, nil
+}
+
+// build is New but for the listeners, with connect giving the Redis
+// store its client: the options checked, the secret files read, the
+// store, the middleware, the proxy and both servers made. On an error it
+// releases what it made.
+func build(opts Options, connect connector) (_ *Gateway, err error) {
 	cfg := opts.Config
 	if cfg == nil {
 		return nil, errors.New("gateway: Options.Config is required")
@@ -79,12 +148,16 @@ func New(opts Options) (*Gateway, error) {
 		upstream = cfg.Upstream
 	}
 	if upstream == "" {
-		return nil, errors.New("gateway: no upstream: give --upstream or upstream: in the configuration")
+		return nil, ErrNoUpstream
 	}
 	if err := config.CheckUpstream(upstream); err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	target, _ := url.Parse(upstream)
+	token, err := admin.ReadToken(admin.Source{File: cfg.Admin.TokenFile})
+	if err != nil {
+		return nil, cfg.ErrorAt("admin.token_file", err)
+	}
 	g := &Gateway{log: opts.Logger, shutdown: opts.ShutdownTimeout}
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
@@ -92,17 +165,15 @@ func New(opts Options) (*Gateway, error) {
 	if g.shutdown <= 0 {
 		g.shutdown = 10 * time.Second
 	}
-	ok := false
 	defer func() {
-		if !ok {
+		if err != nil {
 			g.Close()
 		}
 	}()
-	var err error
 	if g.metrics, err = metrics.New(metrics.Options{}); err != nil {
 		return nil, err
 	}
-	limiter, err := g.openStore(cfg)
+	limiter, err := g.openStore(cfg, connect)
 	if err != nil {
 		return nil, err
 	}
@@ -146,29 +217,47 @@ func New(opts Options) (*Gateway, error) {
 		// is not a path (net/http would answer an empty 200 itself).
 		DisableGeneralOptionsHandler: true,
 	}
-	token, err := readSecret(cfg.Admin.TokenFile, "admin token_file")
-	if err != nil {
-		return nil, err
-	}
 	g.admin = &http.Server{
-		Handler:           g.adminHandler(string(token)),
+		Handler:           g.adminHandler(token),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      30 * time.Second,
 		MaxHeaderBytes:    16 << 10,
 	}
-	if g.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
-		return nil, fmt.Errorf("gateway: listen %s: %w", cfg.Listen, err)
-	}
-	// At most max_connections at once: the others wait in the kernel's
-	// backlog until a timeout or a client closes one.
-	g.ln = netutil.LimitListener(g.ln, srv.MaxConnections)
-	if g.aln, err = net.Listen("tcp", cfg.Admin.Listen); err != nil {
-		return nil, fmt.Errorf("gateway: admin listen %s: %w", cfg.Admin.Listen, err)
-	}
-	ok = true
 	return g, nil
 }
+
+// connector gives the Redis store its client, and what closes it.
+type connector func(redisstore.DialOptions) (redisstore.Client, func() error, error)
+
+// dialRedis is New's connector: redisstore.Dial, which connects in the
+// background.
+func dialRedis(opts redisstore.DialOptions) (redisstore.Client, func() error, error) {
+	c, err := redisstore.Dial(opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	return c, c.Close, nil
+}
+
+// offlineRedis is Check's connector: a client that is never connected and
+// never called. (What Dial checks of its options, addresses as host:port,
+// config has checked more strictly.)
+func offlineRedis(redisstore.DialOptions) (redisstore.Client, func() error, error) {
+	return offlineClient{}, func() error { return nil }, nil
+}
+
+type offlineClient struct{}
+
+func (offlineClient) EvalSHA(context.Context, string, []string, []string) ([]int64, error) {
+	return nil, redisstore.ErrNotConnected
+}
+
+func (offlineClient) Eval(context.Context, string, []string, []string) ([]int64, error) {
+	return nil, redisstore.ErrNotConnected
+}
+
+func (offlineClient) Cluster() bool { return false }
 
 // Addr is the public listener's address.
 func (g *Gateway) Addr() string { return g.ln.Addr().String() }
@@ -234,40 +323,38 @@ func (g *Gateway) Close() error {
 	return err
 }
 
-// openStore opens the configured store and registers its metrics.
-func (g *Gateway) openStore(cfg *config.File) (sluice.Limiter, error) {
+// openStore opens the configured store, the Redis one with a client from
+// connect, and registers its metrics.
+func (g *Gateway) openStore(cfg *config.File, connect connector) (sluice.Limiter, error) {
 	if cfg.Store.Kind == "memory" {
 		s, err := memstore.New(memstore.Options{MaxKeys: *cfg.Store.Memory.MaxKeys})
 		if err != nil {
-			return nil, fmt.Errorf("gateway: memory store: %w", err)
+			return nil, cfg.ErrorAt("store.memory", err)
 		}
 		g.closers = append(g.closers, s.Close)
 		return s, g.metrics.RegisterMemory(func() metrics.MemoryStats { return metrics.MemoryStats(s.Stats()) })
 	}
 	r := cfg.Store.Redis
-	// Connected in the background: a Redis down at start is an outage
-	// the limits' on_failure decides, until it appears.
-	conn, err := redisstore.Dial(redisstore.DialOptions{Addrs: r.Addrs})
-	if err != nil {
-		return nil, fmt.Errorf("gateway: redis %v: %w", r.Addrs, err)
-	}
-	g.closers = append(g.closers, conn.Close)
 	secret, err := readSecret(r.KeyHMACFile, "redis key_hmac_file")
 	if err != nil {
-		return nil, err
+		return nil, cfg.ErrorAt("store.redis.key_hmac_file", err)
 	}
+	conn, closeConn, err := connect(redisstore.DialOptions{Addrs: r.Addrs})
+	if err != nil {
+		return nil, cfg.ErrorAt("store.redis.addrs", err)
+	}
+	g.closers = append(g.closers, closeConn)
 	policies := map[string]sluice.FailurePolicy{}
 	for _, l := range cfg.Limits {
-		p, _ := config.FailurePolicy(l.OnFailure) // validated
-		policies[l.Name] = map[string]sluice.FailurePolicy{config.FailOpen: sluice.FailOpen, config.FailClosed: sluice.FailClosed, config.FailLocal: sluice.FailLocal}[p]
-		g.failsClosed = g.failsClosed || policies[l.Name] == sluice.FailClosed
+		policies[l.Name] = l.OnFailure
+		g.failsClosed = g.failsClosed || l.OnFailure == sluice.FailClosed
 	}
 	s, err := redisstore.New(redisstore.Options{
 		Client: conn, Prefix: r.Prefix, KeyHMAC: secret, Logger: g.log,
 		Timeout: time.Duration(r.Timeout), Instances: r.Instances, DenyCache: r.DenyCache, Policies: policies,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("gateway: %w", err)
+		return nil, cfg.ErrorAt("store.redis", err)
 	}
 	g.closers = append(g.closers, s.Close)
 	g.redis = s
@@ -292,7 +379,7 @@ func (g *Gateway) readyz(w http.ResponseWriter, r *http.Request) {
 func middleware(cfg *config.File, limiter sluice.Limiter, obs enforce.Observer) (*httplimit.Middleware, *clientip.Resolver, error) {
 	trusted, err := clientip.ParseTrusted(cfg.ClientIP.TrustedProxies)
 	if err != nil {
-		return nil, nil, fmt.Errorf("gateway: %w", err)
+		return nil, nil, cfg.ErrorAt("client_ip.trusted_proxies", err)
 	}
 	header := clientip.ForwardedFor
 	if cfg.ClientIP.Header == "forwarded" {
@@ -300,7 +387,7 @@ func middleware(cfg *config.File, limiter sluice.Limiter, obs enforce.Observer) 
 	}
 	ip, err := clientip.New(clientip.Options{TrustedProxies: trusted, Header: header, IPv4Prefix: cfg.ClientIP.IPv4Prefix, IPv6Prefix: cfg.ClientIP.IPv6Prefix})
 	if err != nil {
-		return nil, nil, fmt.Errorf("gateway: client_ip: %w", err)
+		return nil, nil, cfg.ErrorAt("client_ip", err)
 	}
 	opts := httplimit.Options{Limiter: limiter, ClientIP: ip, Legacy: cfg.Headers.Legacy, Observer: obs}
 	if cfg.Headers.Version == "draft-06" {
@@ -309,7 +396,7 @@ func middleware(cfg *config.File, limiter sluice.Limiter, obs enforce.Observer) 
 	opts.Rules = cfg.HTTPRules()
 	mw, err := httplimit.New(opts)
 	if err != nil {
-		return nil, nil, fmt.Errorf("gateway: %w", err)
+		return nil, nil, cfg.ErrorAt("rules", err)
 	}
 	return mw, ip, nil
 }
@@ -326,18 +413,18 @@ func upstreamTransport(wait time.Duration) *http.Transport {
 }
 
 // readSecret reads a file holding a secret ("" for none), trimmed of
-// surrounding white space.
+// surrounding white space; what names the field, for errors.
 func readSecret(path, what string) ([]byte, error) {
 	if path == "" {
 		return nil, nil
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("gateway: %s: %w", what, err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	s := strings.TrimSpace(string(b))
 	if len(s) < 16 {
-		return nil, fmt.Errorf("gateway: %s %s: the secret must be at least 16 characters", what, path)
+		return nil, fmt.Errorf("%s %s: the secret must be at least 16 characters", what, path)
 	}
 	return []byte(s), nil
 }
@@ -354,26 +441,8 @@ func (g *Gateway) adminHandler(token string) http.Handler {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("GET /readyz", g.readyz)
 	mux.Handle("GET /metrics", g.metrics.Handler())
-	refuse := func(w http.ResponseWriter, code int, msg string) {
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(code)
-		_ = json.NewEncoder(w).Encode(map[string]string{"error": msg})
-	}
 	auth := func(h http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Cache-Control", "no-store")
-			if token == "" {
-				refuse(w, http.StatusForbidden, "admin endpoints are off: no admin token is configured (set admin.token_file)")
-				return
-			}
-			got, bearer := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-			if !bearer || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="sluice admin"`)
-				refuse(w, http.StatusUnauthorized, "unauthorized: send Authorization: Bearer and the admin token")
-				return
-			}
-			h.ServeHTTP(w, r)
-		})
+		return admin.Handler(admin.Options{Token: token, Enable: "set admin.token_file"}, h)
 	}
 	mux.Handle("GET /admin/tenants", auth(g.metrics.TenantsHandler()))
 	mux.Handle("POST /admin/tenants/reset", auth(g.metrics.ResetTenantsHandler()))

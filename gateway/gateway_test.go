@@ -20,8 +20,8 @@ import (
 	"github.com/hashicorp/go-retryablehttp"
 	"go.uber.org/goleak"
 
-	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/gateway"
+	"github.com/sluicehq/sluice/gateway/config"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -275,8 +275,9 @@ rules:
 	}
 }
 
-// Two gateways sharing Redis enforce one limit between them: the seed's
-// ten servers at 100/s each no longer let a client through at 1000/s.
+// Two gateways sharing Redis enforce one limit between them: ten servers
+// limiting 100/s each on their own let a client through at 1000/s; sharing
+// the limit, at 100/s.
 func TestGatewaysShareRedis(t *testing.T) {
 	t.Parallel()
 	addr := redistest.Addr(t)
@@ -286,7 +287,7 @@ listen: 127.0.0.1:0
 admin: {listen: 127.0.0.1:0}
 store:
   kind: redis
-  redis: {addrs: [%s], prefix: %s}
+  redis: {addrs: [%s], prefix: %s, timeout: 2s} # not the 50 ms default: a loaded machine must not fail open
 limits:
   - {name: shared, quota: 10, window: 1h}
 rules:

@@ -5,7 +5,7 @@ import (
 	"slices"
 
 	"github.com/sluicehq/sluice/clientip"
-	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/gateway/config"
 )
 
 // headerPolicy is what the gateway does to a request's header before the

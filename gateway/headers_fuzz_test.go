@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/clientip"
-	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/gateway/config"
 )
 
 // FuzzHeaderSpellings: whatever header names a request holds (any name

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/clientip"
-	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/gateway/config"
 )
 
 // pathCases are escaped paths and their normal form under each policy

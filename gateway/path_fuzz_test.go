@@ -11,8 +11,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/enforce"
+	"github.com/sluicehq/sluice/gateway/config"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/metrics"
 )

@@ -5,7 +5,7 @@ import (
 	"net/http"
 
 	"github.com/sluicehq/sluice/clientip"
-	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/gateway/config"
 	"github.com/sluicehq/sluice/metrics"
 )
 

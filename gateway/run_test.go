@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/gateway/config"
 )
 
 // When a listener fails, Run stops the other one and returns the error —

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/gateway/config"
 )
 
 // The bounds of the tests' server: section, small so that each test runs

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -11,8 +12,8 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/gateway"
+	"github.com/sluicehq/sluice/gateway/config"
 	"github.com/sluicehq/sluice/server"
 )
 
@@ -79,6 +80,13 @@ func runCheck(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	}
 	cfg, err := config.Load(*path)
+	if err == nil {
+		// Every start-time check, as sluice gateway runs it; the
+		// upstream may come from --upstream at start.
+		if err = gateway.Check(gateway.Options{Config: cfg}); errors.Is(err, gateway.ErrNoUpstream) {
+			err = nil
+		}
+	}
 	if err != nil {
 		fmt.Fprintln(stderr, "sluice check:", err)
 		return exitError

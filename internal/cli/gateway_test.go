@@ -23,7 +23,7 @@ func TestCheck(t *testing.T) {
 		t.Fatalf("good: %d %q", code, out)
 	}
 	bad := writeFile(t, "bad.yaml", "limits: [{name: a, quota: 1, window: 1s}]\nrules: [{name: r, quotas: [{limit: a, key: ip}]}]\nlisten_on: x\n")
-	if code, _, errOut := run("check", "-config", bad); code != 1 || !strings.Contains(errOut, "bad.yaml: line 3: field listen_on not found") {
+	if code, _, errOut := run("check", "-config", bad); code != 1 || !strings.Contains(errOut, `bad.yaml:3: unknown field "listen_on"`) {
 		t.Fatalf("bad: %d %q", code, errOut)
 	}
 	if code, _, _ := run("check"); code != 2 {

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/gateway/config"
 )
 
 const good = `
@@ -65,10 +65,10 @@ func TestParseRefuses(t *testing.T) {
 	for _, c := range []struct {
 		name, yaml, want string
 	}{
-		{"unknown field", "limits: []\nrules: []\nlisten: x:1\nlisen: 1\n", "bad.yaml: line 4: field lisen not found"},
-		{"unknown nested field", good + "    quotass: []\n", "bad.yaml: line 29: field quotass not found in type config.Rule"},
-		{"wrong type", "limits:\n  - name: a\n    quota: lots\n", "line 3: cannot unmarshal !!str `lots` into float64"},
-		{"bad duration", "limits:\n  - name: a\n    quota: 1\n    window: 1 minute\n", `line 4: duration "1 minute"`},
+		{"unknown field", "limits: []\nrules: []\nlisten: x:1\nlisen: 1\n", `bad.yaml:4: unknown field "lisen" (did you mean "listen"?)`},
+		{"unknown nested field", good + "    quotass: []\n", `bad.yaml:29: unknown field "quotass" (did you mean "quotas"?)`},
+		{"wrong type", "limits:\n  - name: a\n    quota: lots\n", `bad.yaml:3: limit "a": quota "lots": a number is expected`},
+		{"bad duration", "limits:\n  - name: a\n    quota: 1\n    window: 1 minute\n", `bad.yaml:4: limit "a": window "1 minute": not a duration; write it as 50ms, 1s, 1m30s or 2h (units: ns, us, ms, s, m, h)`},
 		{"impossible limit", "limits:\n  - name: a\n    quota: 0\n    window: 1s\nrules: [{name: r, quotas: [{limit: a, key: ip}]}]\n", "bad.yaml:2: limit \"a\": sluice: invalid limit"},
 		{"unknown algorithm", "limits:\n  - name: a\n    algorithm: bucket\n    quota: 1\n    window: 1s\n", "bad.yaml:2: limit \"a\""},
 		{"twice", "limits:\n  - {name: a, quota: 1, window: 1s}\n  - {name: a, quota: 1, window: 1s}\nrules: []\n", "bad.yaml:3: limit \"a\" is defined twice"},
@@ -82,7 +82,7 @@ func TestParseRefuses(t *testing.T) {
 		{"bad store", "store:\n  kind: etcd\n", "bad.yaml:2: store kind \"etcd\""},
 		{"bad upstream", "upstream: ftp://x\n", "bad.yaml:1: upstream \"ftp://x\""},
 		{"bad on_failure", "limits:\n  - {name: a, quota: 1, window: 1s, on_failure: maybe}\n", "bad.yaml:2: limit \"a\": on_failure \"maybe\""},
-		{"not yaml", "limits: [\n", "bad.yaml: yaml: line 1: did not find expected node content"},
+		{"not yaml", "limits: [\n", "bad.yaml:1: not valid YAML: did not find expected node content"},
 		// What the middleware would refuse, refused here with the rule's line.
 		{"relative path", "limits: [{name: a, quota: 10, window: 1s}]\nrules:\n  - name: r\n    match: {path: api/}\n    quotas: [{limit: a, key: ip}]\n", `bad.yaml:3: rule "r": path pattern "api/": must start with /`},
 		{"bad wildcard", "limits: [{name: a, quota: 10, window: 1s}]\nrules:\n  - name: r\n    match: {path: \"/{x}{y}\"}\n    quotas: [{limit: a, key: ip}]\n", `bad.yaml:3: rule "r": path pattern "/{x}{y}"`},

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/gateway/config"
 )
 
 const minimal = "limits: [{name: a, quota: 1, window: 1s}]\nrules: [{name: r, quotas: [{limit: a, key: ip}]}]\n"
@@ -48,8 +48,8 @@ func TestServerRefuses(t *testing.T) {
 		"server:\n  read_header_timeout: 20s\n  read_timeout: 5s\n": "t.yaml:2: server read_header_timeout 20s is longer than read_timeout 5s",
 		"server: {max_body_bytes: -1}\n":                            "t.yaml:1: server max_body_bytes -1: must be positive",
 		"server: {max_connections: -3}\n":                           "t.yaml:1: server max_connections -3: must be positive",
-		"server: {write_timeout: soon}\n":                           `duration "soon"`,
-		"server: {max_conns: 3}\n":                                  "field max_conns not found",
+		"server: {write_timeout: soon}\n":                           `t.yaml:1: write_timeout "soon": not a duration; write it as 50ms, 1s, 1m30s or 2h (units: ns, us, ms, s, m, h)`,
+		"server: {max_conns: 3}\n":                                  `t.yaml:1: unknown field "max_conns" (did you mean "max_connections"?)`,
 	} {
 		_, err := config.Parse("t.yaml", []byte(yaml+minimal))
 		if err == nil || !strings.Contains(err.Error(), want) {

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/gateway/config"
 )
 
 const requestRules = `
@@ -29,7 +29,7 @@ func TestRequestSection(t *testing.T) {
 		{"{headers_with_underscores: strip}", "X-User", `t.yaml:1: request headers_with_underscores "strip": allow, drop or reject`},
 		{"{headers_with_underscores: drop}", "X_User", `t.yaml:3: rule "r": header "X_User" has a byte outside A-Za-z0-9- (an underscore or other punctuation), and request headers_with_underscores: drop would remove it from every request`},
 		{"{headers_with_underscores: reject}", "X.User", `t.yaml:3: rule "r": header "X.User" has a byte outside A-Za-z0-9- (an underscore or other punctuation), and request headers_with_underscores: reject would refuse every request that has it`},
-		{"{escaped_slash: reject}", "X-User", `field escaped_slash not found`},
+		{"{escaped_slash: reject}", "X-User", `t.yaml:1: unknown field "escaped_slash" (did you mean "escaped_slashes"?)`},
 	} {
 		_, err := config.Parse("t.yaml", []byte("request: "+c.request+strings.Replace(requestRules, "%s", c.header, 1)))
 		if err == nil || !strings.Contains(err.Error(), c.want) {

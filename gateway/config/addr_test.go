@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/gateway/config"
 )
 
 // A listen or Redis address is host:port with a port number; an IPv6 host

@@ -1,9 +1,13 @@
-// Package config reads sluice's YAML configuration: the limits, the rules
-// that apply them, the store, the listeners. One schema serves the gateway
-// (sluice gateway) and the decision service. Decoding is strict: an unknown
-// field, a value of the wrong type, a limit that cannot be enforced, a rule
-// naming a limit that does not exist — each is refused with the file, the
-// line and the reason, before anything starts.
+// Package config is the schema of the gateway's YAML file (sluice gateway
+// --config, sluice check): the limits, the rules that apply them to HTTP
+// requests, the store, the listeners, the upstream. (The decision service,
+// sluice serve, reads envoyproxy/ratelimit's files instead: package
+// rls/envoyconfig.) Decoding is strict: an unknown field (with the closest
+// known one suggested), a value of the wrong type, a limit that cannot be
+// enforced, a rule naming a limit that does not exist — each is refused as
+// an *Error that names the file, the line and the reason, before anything
+// starts. What needs more than the file (the secrets it names, the store's
+// options) is checked by gateway.Check, which the gateway runs at start.
 //
 // A complete file, every field shown with its default:
 //
@@ -25,7 +29,7 @@
 //	    max_keys: 1000000           # states held at most (~56 bytes each); at least 1
 //	  redis:
 //	    addrs: [127.0.0.1:6379]     # several: a Cluster
-//	    prefix: sluice
+//	    prefix: sluice              # at most 64 bytes, no { or }
 //	    key_hmac_file: ""           # a file holding a secret: keys are HMAC'd before Redis
 //	    timeout: 50ms
 //	    instances: 1                # processes sharing the limits (fail_local divides by it)
@@ -65,15 +69,12 @@
 package config
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -82,13 +83,16 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/clientip"
 	"github.com/sluicehq/sluice/httplimit"
 )
 
 // MaxFileSize bounds a configuration file.
 const MaxFileSize = 1 << 20
 
-// File is a configuration.
+// File is a gateway configuration as Load and Parse return it: decoded,
+// its defaults filled in, validated. A File is not modified by the
+// gateway; it is safe to share once parsed.
 type File struct {
 	Listen   string   `yaml:"listen"`
 	Upstream string   `yaml:"upstream"`
@@ -330,17 +334,22 @@ type Limit struct {
 	Window         Duration `yaml:"window"`
 	Burst          float64  `yaml:"burst"`
 	DelayThreshold float64  `yaml:"delay_threshold"`
-	OnFailure      string   `yaml:"on_failure"`
+	// OnFailure is what the Redis store decides for this limit when Redis
+	// cannot answer: fail_open (the default), fail_closed or fail_local.
+	OnFailure sluice.FailurePolicy `yaml:"on_failure"`
 }
 
 // Rule applies limits to the requests it matches.
 type Rule struct {
-	Name    string  `yaml:"name"`
-	Match   Match   `yaml:"match"`
-	Mode    string  `yaml:"mode"`
-	Shadow  bool    `yaml:"shadow"`
-	OnError string  `yaml:"on_error"`
-	Quotas  []Quota `yaml:"quotas"`
+	Name   string `yaml:"name"`
+	Match  Match  `yaml:"match"`
+	Mode   string `yaml:"mode"`
+	Shadow bool   `yaml:"shadow"`
+	// OnError is what the rule does when its limiter fails with an error:
+	// fail_open (the default) lets the request through, fail_closed
+	// answers 503. fail_local is refused: a rule has no local fallback.
+	OnError sluice.FailurePolicy `yaml:"on_error"`
+	Quotas  []Quota              `yaml:"quotas"`
 }
 
 // Match selects requests.
@@ -358,55 +367,39 @@ type Quota struct {
 	ChargeHeader string  `yaml:"charge_header"`
 }
 
-// Duration is a time.Duration written as Go writes one: "50ms", "1m30s".
+// Duration is a time.Duration written as Go writes one: "50ms", "1m30s",
+// "2h" (units ns, us or µs, ms, s, m, h).
 type Duration time.Duration
 
-// UnmarshalYAML reads a duration.
+// UnmarshalYAML reads a duration; anything else is an error that shows
+// how to write one.
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	if n.Kind != yaml.ScalarNode {
-		return fmt.Errorf("line %d: a duration is a scalar such as 50ms or 1m", n.Line)
+		return fmt.Errorf("a duration is expected, not %s: %s", describe(n), durationHelp)
 	}
 	v, err := time.ParseDuration(n.Value)
 	if err != nil {
-		return fmt.Errorf("line %d: duration %q: %v (write it as 50ms, 1s, 1m30s)", n.Line, n.Value, err)
+		return fmt.Errorf("%q: not a duration; %s", n.Value, durationHint(n.Value))
 	}
 	*d = Duration(v)
 	return nil
 }
 
-// Load reads and validates the file at path.
-func Load(path string) (*File, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("config: %w", err)
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
-	if err != nil {
-		return nil, fmt.Errorf("config: %s: %w", path, err)
-	}
-	if len(data) > MaxFileSize {
-		return nil, fmt.Errorf("config: %s: larger than %d bytes", path, MaxFileSize)
-	}
-	return Parse(path, data)
-}
+// durationHelp is how to write a duration.
+const durationHelp = "write it as 50ms, 1s, 1m30s or 2h (units: ns, us, ms, s, m, h)"
 
-// Parse reads and validates a configuration; name is used in messages.
-func Parse(name string, data []byte) (*File, error) {
-	f := &File{name: name, root: new(yaml.Node)}
-	if err := yaml.Unmarshal(data, f.root); err != nil {
-		return nil, fmt.Errorf("config: %s: %v", name, err)
+// durationHint is durationHelp, with what a common mistake meant.
+func durationHint(v string) string {
+	v = strings.TrimSpace(v)
+	if n, ok := strings.CutSuffix(v, "d"); ok {
+		if _, err := strconv.ParseUint(n, 10, 16); err == nil {
+			return durationHelp + "; a day is 24h"
+		}
 	}
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(f); err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("config: %s: %v", name, strings.TrimPrefix(err.Error(), "yaml: unmarshal errors:\n  "))
+	if _, err := strconv.ParseFloat(v, 64); err == nil {
+		return durationHelp + "; a number needs its unit"
 	}
-	f.defaults()
-	if err := f.validate(); err != nil {
-		return nil, err
-	}
-	return f, nil
+	return durationHelp
 }
 
 // Defaults.
@@ -443,45 +436,6 @@ func (f *File) defaults() {
 	f.Server.defaults()
 }
 
-// errAt is an error about the node at path (mapping keys and sequence
-// indexes from the document's root), with its line.
-func (f *File) errAt(path []any, format string, args ...any) error {
-	return fmt.Errorf("config: %s:%d: %s", f.name, f.line(path), fmt.Sprintf(format, args...))
-}
-
-// line finds the line of the node at path, or of the deepest node of it
-// that exists (a missing field is reported where its parent is).
-func (f *File) line(path []any) int {
-	n := f.root
-	if n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
-		n = n.Content[0]
-	}
-	line := n.Line
-	for _, p := range path {
-		var next *yaml.Node
-		switch k := p.(type) {
-		case string:
-			if n.Kind == yaml.MappingNode {
-				for i := 0; i+1 < len(n.Content); i += 2 {
-					if n.Content[i].Value == k {
-						next = n.Content[i+1]
-						break
-					}
-				}
-			}
-		case int:
-			if n.Kind == yaml.SequenceNode && k < len(n.Content) {
-				next = n.Content[k]
-			}
-		}
-		if next == nil {
-			return line
-		}
-		n, line = next, next.Line
-	}
-	return line
-}
-
 func (f *File) validate() error {
 	if err := checkAddr(f.Listen); err != nil {
 		return f.errAt([]any{"listen"}, "listen %q: %v", f.Listen, err)
@@ -509,6 +463,9 @@ func (f *File) validate() error {
 		if r.Timeout < 0 || r.Instances < 0 || r.DenyCache < 0 {
 			return f.errAt([]any{"store", "redis"}, "timeout, instances and deny_cache must not be negative")
 		}
+		if len(r.Prefix) > 64 || strings.ContainsAny(r.Prefix, "{}") {
+			return f.errAt([]any{"store", "redis", "prefix"}, "redis prefix %q: at most 64 bytes, without { or } (the store writes the keys' Cluster hash tags itself)", r.Prefix)
+		}
 	default:
 		return f.errAt([]any{"store", "kind"}, "store kind %q: memory or redis", f.Store.Kind)
 	}
@@ -519,7 +476,7 @@ func (f *File) validate() error {
 		return f.errAt([]any{"client_ip", "header"}, "client_ip header %q: x-forwarded-for or forwarded", h)
 	}
 	for i, c := range f.ClientIP.TrustedProxies {
-		if _, err := parsePrefix(c); err != nil {
+		if err := checkProxy(c); err != nil {
 			return f.errAt([]any{"client_ip", "trusted_proxies", i}, "trusted proxy %q: %v", c, err)
 		}
 	}
@@ -544,9 +501,6 @@ func (f *File) validate() error {
 		if _, dup := limits[l.Name]; dup {
 			return f.errAt([]any{"limits", i, "name"}, "limit %q is defined twice", l.Name)
 		}
-		if _, err := FailurePolicy(l.OnFailure); err != nil {
-			return f.errAt([]any{"limits", i, "on_failure"}, "limit %q: %v", l.Name, err)
-		}
 		limits[l.Name] = sl
 	}
 	if len(f.Rules) == 0 {
@@ -565,8 +519,8 @@ func (f *File) validate() error {
 		if r.Mode != "" && r.Mode != "all_or_nothing" && r.Mode != "rejections_count" {
 			return f.errAt(at("mode"), "rule %q: mode %q: all_or_nothing or rejections_count", r.Name, r.Mode)
 		}
-		if r.OnError != "" && r.OnError != "fail_open" && r.OnError != "fail_closed" {
-			return f.errAt(at("on_error"), "rule %q: on_error %q: fail_open or fail_closed", r.Name, r.OnError)
+		if r.OnError == sluice.FailLocal {
+			return f.errAt(at("on_error"), "rule %q: on_error %v: %s (a rule has no local fallback; fail_local is a limit's on_failure, for the Redis store)", r.Name, r.OnError, onErrorValues)
 		}
 		if len(r.Quotas) == 0 {
 			return f.errAt(at(), "rule %q has no quotas: it must spend on at least one limit", r.Name)
@@ -621,12 +575,9 @@ func (f *File) HTTPRules() []httplimit.Rule {
 }
 
 func (f *File) httpRule(r Rule) httplimit.Rule {
-	rule := httplimit.Rule{Name: r.Name, Match: httplimit.Match{Methods: r.Match.Methods, Path: r.Match.Path}, Shadow: r.Shadow}
+	rule := httplimit.Rule{Name: r.Name, Match: httplimit.Match{Methods: r.Match.Methods, Path: r.Match.Path}, Shadow: r.Shadow, OnError: r.OnError}
 	if r.Mode == "rejections_count" {
 		rule.Mode = sluice.RejectionsCount
-	}
-	if r.OnError == FailClosed {
-		rule.OnError = sluice.FailClosed
 	}
 	for _, q := range r.Quotas {
 		quota := httplimit.Quota{Limit: f.Limit(q.Limit), Cost: q.Cost}
@@ -681,44 +632,56 @@ func (l Limit) Sluice() (sluice.Limit, error) {
 	alg := sluice.TokenBucket
 	if l.Algorithm != "" {
 		if err := alg.UnmarshalText([]byte(l.Algorithm)); err != nil {
-			return sluice.Limit{}, err
+			return sluice.Limit{}, fmt.Errorf("algorithm %q: %s", l.Algorithm, algorithms())
 		}
 	}
 	sl := sluice.Limit{Name: l.Name, Algorithm: alg, Quota: l.Quota, Window: time.Duration(l.Window), Burst: l.Burst, DelayThreshold: l.DelayThreshold}
 	return sl, sl.Validate()
 }
 
-// Failure policies of a limit (store.redis: what it decides when Redis
-// cannot answer).
-const (
-	FailOpen   = "fail_open"
-	FailClosed = "fail_closed"
-	FailLocal  = "fail_local"
-)
-
-// FailurePolicy checks an on_failure value ("" means fail_open).
-func FailurePolicy(s string) (string, error) {
-	switch s {
-	case "", FailOpen:
-		return FailOpen, nil
-	case FailClosed, FailLocal:
-		return s, nil
+// algorithms lists the algorithms' names, in words.
+func algorithms() string {
+	var names []string
+	for a := sluice.Algorithm(0); ; a++ {
+		b, err := a.MarshalText()
+		if err != nil {
+			break
+		}
+		names = append(names, string(b))
 	}
-	return "", fmt.Errorf("on_failure %q: fail_open, fail_closed or fail_local", s)
+	return oneOf(names)
 }
 
-// CheckUpstream checks a gateway's upstream URL: http or https, a host, no
-// user information.
-func CheckUpstream(u string) error {
-	p, err := url.Parse(u)
-	if err != nil {
-		return fmt.Errorf("upstream %q: %v", u, err)
+// oneOf writes names as "a, b or c".
+func oneOf(names []string) string {
+	if len(names) < 2 {
+		return strings.Join(names, "")
 	}
-	if p.Scheme != "http" && p.Scheme != "https" || p.Host == "" {
-		return fmt.Errorf("upstream %q: an http:// or https:// URL with a host", u)
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+}
+
+// The values a FailurePolicy field takes, in words.
+const (
+	onFailureValues = "fail_open, fail_closed or fail_local"
+	onErrorValues   = "fail_open or fail_closed"
+)
+
+// CheckUpstream checks a gateway's upstream URL: http or https, a host, no
+// user information. A host:port without a scheme (localhost:3000,
+// 127.0.0.1:3000) is refused with the URL it probably means.
+func CheckUpstream(u string) error {
+	if _, port, err := net.SplitHostPort(u); err == nil && port != "" && !strings.Contains(u, "/") {
+		return fmt.Errorf("upstream %q: an http:// or https:// URL with a host (did you mean http://%s?)", short(u), short(u))
+	}
+	p, err := url.Parse(u)
+	if uerr := (*url.Error)(nil); errors.As(err, &uerr) {
+		return fmt.Errorf("upstream %q: %v", short(u), uerr.Err)
+	}
+	if err != nil || p.Scheme != "http" && p.Scheme != "https" || p.Host == "" {
+		return fmt.Errorf("upstream %q: an http:// or https:// URL with a host", short(u))
 	}
 	if p.User != nil {
-		return fmt.Errorf("upstream %q: no user information in the URL", u)
+		return fmt.Errorf("upstream %q: no user information in the URL", short(u))
 	}
 	return nil
 }
@@ -741,15 +704,37 @@ func checkAddr(a string) error {
 	return nil
 }
 
-func parsePrefix(s string) (netip.Prefix, error) {
-	if strings.Contains(s, "/") {
-		return netip.ParsePrefix(s)
+// checkProxy checks a trusted proxy entry as the gateway's start reads it
+// (clientip.ParseTrusted and clientip.New): an address or a prefix,
+// without a zone or bits beyond the prefix's length, and not every peer.
+func checkProxy(s string) error {
+	const want = `an address ("192.0.2.1") or a prefix ("10.0.0.0/8")`
+	if strings.Contains(s, "%") {
+		return errors.New(want + ", without a zone (%eth0)")
 	}
-	a, err := netip.ParseAddr(s)
+	if !strings.Contains(s, "/") {
+		if _, err := netip.ParseAddr(strings.TrimSpace(s)); err != nil {
+			return errors.New(want)
+		}
+		return nil
+	}
+	p, err := netip.ParsePrefix(strings.TrimSpace(s))
 	if err != nil {
-		return netip.Prefix{}, err
+		return errors.New(want)
 	}
-	return netip.PrefixFrom(a, a.BitLen()), nil
+	if m := p.Masked(); m != p {
+		return fmt.Errorf("bits set beyond the prefix length: did you mean %s or %s?", m, netip.PrefixFrom(p.Addr(), p.Addr().BitLen()))
+	}
+	if p.Bits() == 0 || p.Addr().Is4In6() && p.Bits() <= 96 {
+		return errors.New("trusts every peer, so any client could choose its own address; list the proxies' networks")
+	}
+	// What clientip refuses besides, in its words: the gateway starts
+	// with it.
+	ps, err := clientip.ParseTrusted([]string{s})
+	if err == nil {
+		_, err = clientip.New(clientip.Options{TrustedProxies: ps})
+	}
+	return err
 }
 
 // Limit returns the named limit as a sluice.Limit (the file is valid: the
