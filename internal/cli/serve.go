@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -10,83 +9,113 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/admin"
+	"github.com/sluicehq/sluice/rls"
 	"github.com/sluicehq/sluice/server"
 )
 
-func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	path := fs.String("config", "", "the rate limit configuration: an envoyproxy/ratelimit YAML file, or a directory of them (required)")
-	httpAddr := fs.String("http-addr", server.DefaultHTTPAddr, "the HTTP listener: POST /json, /healthz, /readyz, /metrics")
-	grpcAddr := fs.String("grpc-addr", server.DefaultGRPCAddr, "the gRPC listener: envoy.service.ratelimit.v3.RateLimitService, grpc.health.v1")
-	adminAddr := fs.String("admin-addr", server.DefaultAdminAddr, "the admin listener (every route needs the token)")
-	redis := fs.String("redis", "", "a Redis address (several, comma-separated: a Cluster); the memory store when empty")
-	failure := fs.String("on-redis-failure", "fail_open", "what a decision is when Redis cannot answer: fail_open, fail_closed or fail_local")
-	hmacFile := fs.String("key-hmac-file", "", "a file holding a secret (at least 16 characters) with which Redis keys are HMAC'd: no API key or IP in Redis key names (needs --redis)")
-	tokenFile := fs.String("admin-token-file", "", "a file holding the admin token (without it, the admin API is off: every route answers 403)")
-	maxDesc := fs.Int("max-descriptors", 0, "descriptors per request at most (default 64)")
-	grpcIdle := fs.Duration("grpc-idle-timeout", server.DefaultGRPCIdleTimeout, "close a gRPC connection with no call in flight for this long (a GOAWAY: the client reconnects on its next call)")
-	maxConns := fs.Int("max-connections", server.DefaultMaxConnections, "connections each listener holds at once; more wait in the listen backlog")
-	maxStreams := fs.Int("grpc-max-streams", server.DefaultGRPCMaxStreams, "gRPC calls in flight on one connection at most (announced as HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS); a stream past it is refused (REFUSED_STREAM, safe to retry)")
-	callTimeout := fs.Duration("grpc-call-timeout", server.DefaultGRPCCallTimeout, "end a gRPC call with DEADLINE_EXCEEDED this long after it starts if it has not answered (a request message that never comes, or a longer client deadline); a streaming call (health Watch) only until its first message")
-	headers := fs.Bool("response-headers", false, "ask Envoy to add RateLimit-Policy and RateLimit (draft-11) to responses (off by default, as envoyproxy/ratelimit)")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: sluice serve --config FILE|DIR [flags]\n\nThe decision service: Envoy's rate limit service (RLS v3) over gRPC, a drop-in for\nenvoyproxy/ratelimit that reads its configuration files unchanged, and the same decisions\nas JSON over HTTP. Reloads on SIGHUP and when the files change; logs JSON to stderr;\ndrains and stops on SIGINT or SIGTERM.\n\nFlags:")
-		fs.PrintDefaults()
+// serveFlags are sluice serve's flags.
+type serveFlags struct {
+	config                           string
+	httpAddr, grpcAddr, adminAddr    string
+	redis                            string
+	onRedisFailure                   sluice.FailurePolicy
+	keyHMACFile, adminTokenFile      string
+	maxDescriptors, maxConnections   int
+	grpcMaxStreams                   int
+	grpcIdleTimeout, grpcCallTimeout time.Duration
+	responseHeaders                  bool
+}
+
+func newServeCmd() *cobra.Command {
+	var f serveFlags
+	cmd := &cobra.Command{
+		Use:   "serve --config FILE|DIR [flags]",
+		Short: "run the decision service (Envoy RLS over gRPC, JSON over HTTP)",
+		Long: `The decision service: Envoy's rate limit service (RLS v3) over gRPC, a drop-in for
+envoyproxy/ratelimit that reads its configuration files unchanged, and the same decisions
+as JSON over HTTP. Reloads on SIGHUP and when the files change; logs JSON to stderr;
+drains and stops on SIGINT or SIGTERM. Check a configuration first with sluice check.`,
+		GroupID:           groupServices,
+		Args:              noArgs,
+		ValidArgsFunction: cobra.NoFileCompletions,
+		RunE: func(c *cobra.Command, _ []string) error {
+			return f.run(c.Context(), c.ErrOrStderr())
+		},
 	}
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
+	fs := cmd.Flags()
+	fs.StringVar(&f.config, "config", "", "the `FILE|DIR` of the rate limit configuration: an envoyproxy/ratelimit YAML file (with a top-level domain) or a directory of them (required)")
+	fs.StringVar(&f.httpAddr, "http-addr", server.DefaultHTTPAddr, "the HTTP listener's `HOST:PORT` (port 0: any free one): POST /json, /healthz, /readyz, /metrics")
+	fs.StringVar(&f.grpcAddr, "grpc-addr", server.DefaultGRPCAddr, "the gRPC listener's `HOST:PORT` (port 0: any free one): envoy.service.ratelimit.v3.RateLimitService, grpc.health.v1")
+	fs.StringVar(&f.adminAddr, "admin-addr", server.DefaultAdminAddr, "the admin listener's `HOST:PORT` (port 0: any free one); every route needs the token of --admin-token-file")
+	fs.StringVar(&f.redis, "redis", "", "the Redis server's `HOST:PORT`, or several, comma-separated, for a Redis Cluster (default: none, the in-process memory store)")
+	fs.TextVar(&f.onRedisFailure, "on-redis-failure", sluice.FailOpen, "what a decision is when Redis cannot answer, a `POLICY`: fail_open (allow), fail_closed (refuse) or fail_local (decide in this process's memory)")
+	fs.StringVar(&f.keyHMACFile, "key-hmac-file", "", "a `FILE` holding a secret of at least 16 characters (surrounding white space is trimmed) with which Redis keys are HMAC'd, so that no API key or IP appears in a Redis key name; needs --redis (default: none, keys as they are)")
+	fs.StringVar(&f.adminTokenFile, "admin-token-file", "", fmt.Sprintf("a `FILE` holding the admin token: one word of at least %d characters (surrounding white space is trimmed) (default: none, the admin API is off and every route answers 403)", admin.MinTokenLength))
+	fs.IntVar(&f.maxDescriptors, "max-descriptors", rls.DefaultMaxDescriptors, "descriptors per request at most (0 or less: the default)")
+	fs.DurationVar(&f.grpcIdleTimeout, "grpc-idle-timeout", server.DefaultGRPCIdleTimeout, "close a gRPC connection with no call in flight for this long (a GOAWAY: the client reconnects on its next call); positive")
+	fs.IntVar(&f.maxConnections, "max-connections", server.DefaultMaxConnections, "connections each listener holds at once, at least 1; more wait in the listen backlog")
+	fs.IntVar(&f.grpcMaxStreams, "grpc-max-streams", server.DefaultGRPCMaxStreams, "gRPC calls in flight on one connection at most, from 1 to 2147483647 (announced as HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS); a stream past it is refused (REFUSED_STREAM, safe to retry)")
+	fs.DurationVar(&f.grpcCallTimeout, "grpc-call-timeout", server.DefaultGRPCCallTimeout, "end a gRPC call with DEADLINE_EXCEEDED this long after it starts if it has not answered (a request message that never comes, or a longer client deadline); a streaming call (health Watch) only until its first message; positive")
+	fs.BoolVar(&f.responseHeaders, "response-headers", false, "ask Envoy to add RateLimit-Policy and RateLimit (draft-11) to responses (default off, as envoyproxy/ratelimit)")
+	_ = cmd.RegisterFlagCompletionFunc("on-redis-failure", cobra.FixedCompletions(enumNames[sluice.FailurePolicy](), cobra.ShellCompDirectiveNoFileComp))
+	return cmd
+}
+
+// options checks the flags (a bad value is a usage error), reads the
+// secret files they name and returns the server's options.
+func (f *serveFlags) options(log *slog.Logger) (server.Options, error) {
+	if f.config == "" {
+		return server.Options{}, usagef("--config is required: an envoyproxy/ratelimit YAML file, or a directory of them")
 	}
-	if *path == "" || fs.NArg() > 0 {
-		fs.Usage()
-		return exitUsage
+	if f.maxConnections < 1 || f.grpcIdleTimeout <= 0 {
+		return server.Options{}, usagef("--max-connections %d, --grpc-idle-timeout %v: both must be positive (a bound cannot be switched off)", f.maxConnections, f.grpcIdleTimeout)
 	}
-	if *maxConns < 1 || *grpcIdle <= 0 {
-		fmt.Fprintf(stderr, "sluice serve: --max-connections %d, --grpc-idle-timeout %v: both must be positive (a bound cannot be switched off)\n", *maxConns, *grpcIdle)
-		return exitUsage
+	if f.grpcMaxStreams < 1 || f.grpcMaxStreams > math.MaxInt32 || f.grpcCallTimeout <= 0 {
+		return server.Options{}, usagef("--grpc-max-streams %d, --grpc-call-timeout %v: the streams must be between 1 and %d (HTTP/2's largest), the timeout positive (a bound cannot be switched off)", f.grpcMaxStreams, f.grpcCallTimeout, math.MaxInt32)
 	}
-	if *maxStreams < 1 || *maxStreams > math.MaxInt32 || *callTimeout <= 0 {
-		fmt.Fprintf(stderr, "sluice serve: --grpc-max-streams %d, --grpc-call-timeout %v: the streams must be between 1 and %d (HTTP/2's largest), the timeout positive (a bound cannot be switched off)\n", *maxStreams, *callTimeout, math.MaxInt32)
-		return exitUsage
-	}
-	policy, err := sluice.ParseFailurePolicy(*failure)
-	if err != nil {
-		fmt.Fprintf(stderr, "sluice serve: --on-redis-failure %q: fail_open, fail_closed or fail_local\n", *failure)
-		return exitUsage
+	if f.keyHMACFile != "" && f.redis == "" {
+		return server.Options{}, usagef("--key-hmac-file hashes the keys sent to Redis: give --redis too")
 	}
 	var keyHMAC []byte
-	if *hmacFile != "" {
-		if *redis == "" {
-			fmt.Fprintln(stderr, "sluice serve: --key-hmac-file hashes the keys sent to Redis: give --redis too")
-			return exitUsage
-		}
+	if f.keyHMACFile != "" {
 		var err error
-		if keyHMAC, err = server.ReadKeyHMAC(*hmacFile); err != nil {
-			fmt.Fprintln(stderr, "sluice serve:", err)
-			return exitError
+		if keyHMAC, err = server.ReadKeyHMAC(f.keyHMACFile); err != nil {
+			return server.Options{}, err
 		}
 	}
 	var token string
-	if *tokenFile != "" {
+	if f.adminTokenFile != "" {
 		var err error
-		if token, err = admin.ReadToken(admin.Source{File: *tokenFile}); err != nil {
-			fmt.Fprintln(stderr, "sluice serve:", err)
-			return exitError
+		if token, err = admin.ReadToken(admin.Source{File: f.adminTokenFile}); err != nil {
+			return server.Options{}, err
 		}
 	}
+	return server.Options{
+		Load: server.EnvoyLoader(f.config), Watch: []string{f.config},
+		HTTPAddr: f.httpAddr, GRPCAddr: f.grpcAddr, AdminAddr: f.adminAddr,
+		Redis: f.redis, RedisPolicy: f.onRedisFailure, KeyHMAC: keyHMAC, AdminToken: token,
+		MaxDescriptors: f.maxDescriptors, ResponseHeaders: f.responseHeaders, Logger: log,
+		GRPCIdleTimeout: f.grpcIdleTimeout, MaxConnections: f.maxConnections,
+		GRPCMaxStreams: f.grpcMaxStreams, GRPCCallTimeout: f.grpcCallTimeout,
+	}, nil
+}
+
+// run serves until ctx ends, reloading on SIGHUP.
+func (f *serveFlags) run(ctx context.Context, stderr io.Writer) error {
 	log := slog.New(slog.NewJSONHandler(stderr, nil))
-	s, err := server.New(server.Options{
-		Load: server.EnvoyLoader(*path), Watch: []string{*path},
-		HTTPAddr: *httpAddr, GRPCAddr: *grpcAddr, AdminAddr: *adminAddr,
-		Redis: *redis, RedisPolicy: policy, KeyHMAC: keyHMAC, AdminToken: token, MaxDescriptors: *maxDesc, ResponseHeaders: *headers, Logger: log,
-		GRPCIdleTimeout: *grpcIdle, MaxConnections: *maxConns, GRPCMaxStreams: *maxStreams, GRPCCallTimeout: *callTimeout,
-	})
+	opts, err := f.options(log)
 	if err != nil {
-		fmt.Fprintln(stderr, "sluice serve:", err)
-		return exitError
+		return err
+	}
+	s, err := server.New(opts)
+	if err != nil {
+		return err
 	}
 	hup := make(chan struct{}, 1)
 	sig := make(chan os.Signal, 1)
@@ -107,7 +136,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}()
 	if err := s.Run(ctx, hup); err != nil {
 		log.Error("serve failed", "err", err)
-		return exitError
+		return errReported
 	}
-	return exitOK
+	return nil
 }
