@@ -5,7 +5,7 @@ TOOL      := $(GO) tool -modfile=tools/go.mod
 FUZZTIME  ?= 30s
 FUZZ_PKGS ?= ./...
 # The parsers of what arrives from the network, fuzzed in CI 50 s each.
-EDGE_PKGS := ./clientip ./ratelimitheader ./httplimit ./grpclimit ./gateway ./rls ./pace
+EDGE_PKGS := ./clientip ./ratelimitheader ./httplimit ./grpclimit ./gateway ./gateway/config ./rls ./pace
 BENCHTIME ?= 1s
 COUNT     ?= 6
 OUT       := bench/out
