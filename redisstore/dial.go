@@ -170,9 +170,13 @@ func (c *Conn) answers() error {
 
 // dial is rueidis's dialer, cancelled by Close (a connection attempt to a
 // host that does not answer would otherwise hold Close for the dial
-// timeout).
+// timeout) and bounded by the dialer's timeout — not by the context of the
+// call that happened to need the connection: rueidis dials a pipe lazily,
+// for whichever call comes first, and every call waiting for that pipe
+// gets the dial's error, so one caller's cancelled context would fail them
+// all.
 func (c *Conn) dial(ctx context.Context, dst string, d *net.Dialer, _ *tls.Config) (net.Conn, error) {
-	ctx, cancel := context.WithCancel(ctx)
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 	stop := context.AfterFunc(c.ctx, cancel)
 	defer stop()
