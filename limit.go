@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/units"
@@ -87,7 +88,7 @@ func (a *Algorithm) UnmarshalText(text []byte) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("%w: unknown algorithm %q (want one of %v)", ErrInvalidLimit, truncate(string(text), 32), algorithmNames)
+	return fmt.Errorf("%w: unknown algorithm %q (want one of %s)", ErrInvalidLimit, truncate(string(text), 32), strings.Join(algorithmNames[:], ", "))
 }
 
 // Limit is a rate limit: how much cost a key may spend per Window.
@@ -179,7 +180,7 @@ func (l Limit) Validate() error {
 		return err
 	}
 	bad := func(field string, value any, rule string) error {
-		return fmt.Errorf("%w %q: %s %v: %s", ErrInvalidLimit, l.Name, field, value, rule)
+		return &LimitError{Limit: l.Name, Field: field, Value: value, Rule: rule}
 	}
 	if l.Algorithm >= numAlgorithms {
 		return bad("algorithm", int(l.Algorithm), "unknown algorithm")
@@ -221,6 +222,26 @@ func (l Limit) Validate() error {
 	}
 	return nil
 }
+
+// LimitError is what Limit.Validate returns for a limit whose name is
+// valid but a field is not: which field, the value it has and the rule it
+// breaks, so that a configuration loader can point at the field in its own
+// file. It wraps ErrInvalidLimit.
+type LimitError struct {
+	Limit string // the limit's name
+	// Field is "algorithm", "quota", "window", "burst" or "delay
+	// threshold".
+	Field string
+	Value any    // the field's value
+	Rule  string // what the value must be
+}
+
+func (e *LimitError) Error() string {
+	return fmt.Sprintf("%v %q: %s %v: %s", ErrInvalidLimit, e.Limit, e.Field, e.Value, e.Rule)
+}
+
+// Unwrap returns ErrInvalidLimit.
+func (e *LimitError) Unwrap() error { return ErrInvalidLimit }
 
 func validateName(name string) error {
 	if name == "" {

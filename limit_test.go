@@ -143,3 +143,16 @@ func FuzzLimitValidate(f *testing.F) {
 		}
 	})
 }
+
+// Validate's errors say which field breaks which rule, as a LimitError a
+// configuration loader can point at the field with.
+func TestLimitError(t *testing.T) {
+	err := sluice.Limit{Name: "api", Quota: 10, Window: -time.Hour}.Validate()
+	var le *sluice.LimitError
+	if !errors.As(err, &le) || le.Limit != "api" || le.Field != "window" || le.Value != -time.Hour || !errors.Is(err, sluice.ErrInvalidLimit) {
+		t.Fatalf("%v: %+v", err, le)
+	}
+	if want := `sluice: invalid limit "api": window -1h0m0s: must be a whole number of microseconds, from 1µs to ten years`; err.Error() != want {
+		t.Fatalf("%q, want %q", err, want)
+	}
+}

@@ -85,10 +85,11 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/clientip"
 	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/internal/configfile"
 )
 
 // MaxFileSize bounds a configuration file.
-const MaxFileSize = 1 << 20
+const MaxFileSize = configfile.MaxFileSize
 
 // File is a gateway configuration as Load and Parse return it: decoded,
 // its defaults filled in, validated. A File is not modified by the
@@ -432,16 +433,21 @@ func (f *File) defaults() {
 	if f.ClientIP.Header == "" {
 		f.ClientIP.Header = "x-forwarded-for"
 	}
+	// A header's name has no case: X-Forwarded-For is x-forwarded-for.
+	f.ClientIP.Header = strings.ToLower(f.ClientIP.Header)
 	f.Request.defaults()
 	f.Server.defaults()
 }
 
 func (f *File) validate() error {
-	if err := checkAddr(f.Listen); err != nil {
+	if err := configfile.CheckAddr(f.Listen); err != nil {
 		return f.errAt([]any{"listen"}, "listen %q: %v", f.Listen, err)
 	}
-	if err := checkAddr(f.Admin.Listen); err != nil {
+	if err := configfile.CheckAddr(f.Admin.Listen); err != nil {
 		return f.errAt([]any{"admin", "listen"}, "admin listen %q: %v", f.Admin.Listen, err)
+	}
+	if _, port, _ := net.SplitHostPort(f.Listen); f.Admin.Listen == f.Listen && port != "0" {
+		return f.errAt([]any{"admin", "listen"}, "admin listen %q: the gateway's own listen address; give the admin another port", f.Admin.Listen)
 	}
 	if f.Upstream != "" {
 		if err := CheckUpstream(f.Upstream); err != nil {
@@ -456,7 +462,7 @@ func (f *File) validate() error {
 	case "redis":
 		r := f.Store.Redis
 		for i, a := range r.Addrs {
-			if err := checkAddr(a); err != nil {
+			if err := configfile.CheckAddr(a); err != nil {
 				return f.errAt([]any{"store", "redis", "addrs", i}, "redis address %q: %v", a, err)
 			}
 		}
@@ -496,7 +502,7 @@ func (f *File) validate() error {
 	for i, l := range f.Limits {
 		sl, err := l.Sluice()
 		if err != nil {
-			return f.errAt([]any{"limits", i}, "limit %q: %v", l.Name, err)
+			return f.limitError(i, l, err)
 		}
 		if _, dup := limits[l.Name]; dup {
 			return f.errAt([]any{"limits", i, "name"}, "limit %q is defined twice", l.Name)
@@ -627,12 +633,40 @@ func chargeFromHeader(name string) func(*http.Request, int, http.Header) float64
 	}
 }
 
+// limitFields are the YAML keys of the fields a sluice.LimitError names.
+var limitFields = map[string]string{"algorithm": "algorithm", "quota": "quota", "window": "window", "burst": "burst", "delay threshold": "delay_threshold"}
+
+// limitError is err, limit i's validation error, at the line of the field
+// it is about and with the value as the file writes it ("window 100000h",
+// not Go's "100000h0m0s"); or at the limit's line.
+func (f *File) limitError(i int, l Limit, err error) error {
+	var le *sluice.LimitError
+	if errors.As(err, &le) {
+		if key, ok := limitFields[le.Field]; ok {
+			path := []any{"limits", i, key}
+			value := fmt.Sprint(le.Value)
+			if n, found := f.node(path); found && n.Kind == yaml.ScalarNode {
+				value = n.Value
+			}
+			if key == "algorithm" {
+				value = strconv.Quote(value)
+			}
+			return f.errAt(path, "limit %q: %s %s: %s", l.Name, key, value, verbatim(le.Rule))
+		}
+	}
+	return f.errAt([]any{"limits", i}, "limit %q: %s", l.Name, strings.TrimPrefix(err.Error(), sluice.ErrInvalidLimit.Error()+": "))
+}
+
+// verbatim is an argument of errAt that is sluice's own text, not the
+// file's: it is not shortened.
+type verbatim string
+
 // Sluice is the limit as a sluice.Limit, validated.
 func (l Limit) Sluice() (sluice.Limit, error) {
 	alg := sluice.TokenBucket
 	if l.Algorithm != "" {
 		if err := alg.UnmarshalText([]byte(l.Algorithm)); err != nil {
-			return sluice.Limit{}, fmt.Errorf("algorithm %q: %s", l.Algorithm, algorithms())
+			return sluice.Limit{}, &sluice.LimitError{Limit: l.Name, Field: "algorithm", Value: l.Algorithm, Rule: algorithms()}
 		}
 	}
 	sl := sluice.Limit{Name: l.Name, Algorithm: alg, Quota: l.Quota, Window: time.Duration(l.Window), Burst: l.Burst, DelayThreshold: l.DelayThreshold}
@@ -682,24 +716,6 @@ func CheckUpstream(u string) error {
 	}
 	if p.User != nil {
 		return fmt.Errorf("upstream %q: no user information in the URL", short(u))
-	}
-	return nil
-}
-
-// checkAddr checks a host:port listener or server address: a host (a
-// name, an IPv4 address, an IPv6 address in brackets, or nothing: every
-// interface) and a port number from 0 to 65535. A bare IPv6 address such
-// as ::1 is refused with the bracketed form to use.
-func checkAddr(a string) error {
-	_, port, err := net.SplitHostPort(a)
-	if err != nil || port == "" {
-		if strings.Count(a, ":") > 1 && !strings.HasPrefix(a, "[") {
-			return errors.New("an IPv6 address goes in brackets with a port, e.g. [::1]:8080")
-		}
-		return errors.New("host:port, e.g. 127.0.0.1:8080 or [::1]:8080")
-	}
-	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n > 65535 {
-		return errors.New("the port must be a number from 0 to 65535")
 	}
 	return nil
 }

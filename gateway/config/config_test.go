@@ -69,8 +69,8 @@ func TestParseRefuses(t *testing.T) {
 		{"unknown nested field", good + "    quotass: []\n", `bad.yaml:29: unknown field "quotass" (did you mean "quotas"?)`},
 		{"wrong type", "limits:\n  - name: a\n    quota: lots\n", `bad.yaml:3: limit "a": quota "lots": a number is expected`},
 		{"bad duration", "limits:\n  - name: a\n    quota: 1\n    window: 1 minute\n", `bad.yaml:4: limit "a": window "1 minute": not a duration; write it as 50ms, 1s, 1m30s or 2h (units: ns, us, ms, s, m, h)`},
-		{"impossible limit", "limits:\n  - name: a\n    quota: 0\n    window: 1s\nrules: [{name: r, quotas: [{limit: a, key: ip}]}]\n", "bad.yaml:2: limit \"a\": sluice: invalid limit"},
-		{"unknown algorithm", "limits:\n  - name: a\n    algorithm: bucket\n    quota: 1\n    window: 1s\n", "bad.yaml:2: limit \"a\""},
+		{"impossible limit", "limits:\n  - name: a\n    quota: 0\n    window: 1s\nrules: [{name: r, quotas: [{limit: a, key: ip}]}]\n", "bad.yaml:3: limit \"a\": quota 0: must be a positive"},
+		{"unknown algorithm", "limits:\n  - name: a\n    algorithm: bucket\n    quota: 1\n    window: 1s\n", "bad.yaml:3: limit \"a\": algorithm \"bucket\""},
 		{"twice", "limits:\n  - {name: a, quota: 1, window: 1s}\n  - {name: a, quota: 1, window: 1s}\nrules: []\n", "bad.yaml:3: limit \"a\" is defined twice"},
 		{"no rules", "limits:\n  - {name: a, quota: 1, window: 1s}\n", "no rules"},
 		{"unknown limit", "limits: []\nrules:\n  - name: r\n    quotas:\n      - {limit: nope, key: ip}\n", "bad.yaml:5: rule \"r\": limit \"nope\" is not defined"},
@@ -118,5 +118,19 @@ func TestLoad(t *testing.T) {
 	os.WriteFile(big, make([]byte, config.MaxFileSize+1), 0o600)
 	if _, err := config.Load(big); err == nil || !strings.Contains(err.Error(), "larger than") {
 		t.Fatalf("huge file: %v", err)
+	}
+}
+
+// The client_ip header is a header's name: any case will do; another
+// header is refused with the two there are.
+func TestClientIPHeaderAnyCase(t *testing.T) {
+	for _, h := range []string{"X-Forwarded-For", "FORWARDED", "x-forwarded-for"} {
+		f, err := config.Parse("t.yaml", []byte("client_ip: {header: "+h+"}\n"+minimal))
+		if err != nil || f.ClientIP.Header != strings.ToLower(h) {
+			t.Fatalf("%s: %v, %+v", h, err, f)
+		}
+	}
+	if _, err := config.Parse("t.yaml", []byte("client_ip: {header: X-Real-IP}\n"+minimal)); err == nil || err.Error() != `t.yaml:1: client_ip header "x-real-ip": x-forwarded-for or forwarded` {
+		t.Fatalf("X-Real-IP: %v", err)
 	}
 }

@@ -33,7 +33,7 @@ func Load(path string) (*File, error) {
 		return nil, readError(path, err)
 	}
 	if len(data) > MaxFileSize {
-		return nil, &Error{File: path, Reason: fmt.Sprintf("larger than %d bytes (MaxFileSize): not a configuration", MaxFileSize)}
+		return nil, &Error{File: path, Reason: configfile.TooLarge}
 	}
 	return Parse(path, data)
 }

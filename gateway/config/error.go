@@ -56,14 +56,23 @@ func (f *File) errNode(n *yaml.Node, format string, args ...any) error {
 // line finds the line of the node at path, or of the deepest node of it
 // that exists (a missing field is reported where its parent is).
 func (f *File) line(path []any) int {
-	n := f.root
+	n, _ := f.node(path)
 	if n == nil {
 		return 0
+	}
+	return n.Line
+}
+
+// node is the node at path, and true; or the deepest node of it that
+// exists, and false (nil when the document is empty).
+func (f *File) node(path []any) (*yaml.Node, bool) {
+	n := f.root
+	if n == nil {
+		return nil, false
 	}
 	if n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
 		n = n.Content[0]
 	}
-	line := n.Line
 	for _, p := range path {
 		var next *yaml.Node
 		switch k := p.(type) {
@@ -82,9 +91,9 @@ func (f *File) line(path []any) int {
 			}
 		}
 		if next == nil {
-			return line
+			return n, false
 		}
-		n, line = next, next.Line
+		n = next
 	}
-	return line
+	return n, true
 }

@@ -119,7 +119,10 @@ func TestMessagesSayWhatToWrite(t *testing.T) {
 		{"limits:\n  - {name: a, quota: 1, window: 1s, on_failure: closed}\n", `2: limit "a": on_failure "closed": fail_open, fail_closed or fail_local`},
 		{"limits: [{name: a, quota: 1, window: 1s}]\nrules:\n  - name: r\n    on_error: closed\n", `4: rule "r": on_error "closed": fail_open or fail_closed`},
 		{"limits: [{name: a, quota: 1, window: 1s}]\nrules:\n  - name: r\n    on_error: fail_local\n    quotas: [{limit: a, key: ip}]\n", `4: rule "r": on_error fail_local: fail_open or fail_closed (a rule has no local fallback`},
-		{"limits:\n  - name: a\n    algorithm: bucket\n", `2: limit "a": algorithm "bucket": token_bucket, gcra, fixed_window, sliding_log, sliding_window, leaky_bucket or concurrency`},
+		{"limits:\n  - name: a\n    algorithm: bucket\n", `3: limit "a": algorithm "bucket": token_bucket, gcra, fixed_window, sliding_log, sliding_window, leaky_bucket or concurrency`},
+		{"limits:\n  - name: a\n    quota: 1\n    window: 100000h\n", `4: limit "a": window 100000h: must be a whole number of microseconds, from 1µs to ten years`},
+		{"limits:\n  - name: a\n    quota: -3\n    window: 1m\n", `3: limit "a": quota -3: must be a positive finite number`},
+		{"listen: 127.0.0.1:8080\nadmin: {listen: 127.0.0.1:8080}\n" + ok, `2: admin listen "127.0.0.1:8080": the gateway's own listen address`},
 		{"store: {kind: redis, redis: {prefix: 'app{1}'}}\n" + ok, `1: redis prefix "app{1}": at most 64 bytes, without { or }`},
 		// Trusted proxies, as the gateway's start reads them.
 		{"client_ip: {trusted_proxies: [1.0.0.0/0]}\n" + ok, `1: trusted proxy "1.0.0.0/0": bits set beyond the prefix length: did you mean 0.0.0.0/0 or 1.0.0.0/32?`},

@@ -3,12 +3,14 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"regexp"
 
 	"github.com/spf13/cobra"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/sluicehq/sluice/gateway/config"
 	"github.com/sluicehq/sluice/server"
 )
 
@@ -76,8 +78,15 @@ func isEnvoyConfig(path string) bool {
 	if fi.IsDir() {
 		return true
 	}
-	b, err := os.ReadFile(path)
+	// Bounded: a file too large for either parser is refused by the
+	// gateway's, which says so, without reading it whole here.
+	f, err := os.Open(path)
 	if err != nil {
+		return false
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, config.MaxFileSize+1))
+	if err != nil || len(b) > config.MaxFileSize {
 		return false
 	}
 	var top map[string]any

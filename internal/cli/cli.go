@@ -24,6 +24,7 @@ import (
 	"runtime/debug"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // Exit codes.
@@ -70,7 +71,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	root.SetErr(stderr)
 	root.SetVersionTemplate("sluice {{.Version}}\n")
 	root.Flags().BoolP("version", "v", false, "print the version, as sluice version does")
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usage(err) })
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usage(inWords(err)) })
 	root.SetHelpFunc(func(c *cobra.Command, _ []string) { writeHelp(c.OutOrStdout(), c) })
 	root.SetUsageFunc(func(c *cobra.Command) error { writeHelp(c.ErrOrStderr(), c); return nil })
 
@@ -127,6 +128,31 @@ type usageError struct {
 
 func (e *usageError) Error() string { return e.err.Error() }
 func (e *usageError) Unwrap() error { return e.err }
+
+// inWords is a flag's parse error said in the flag's terms: the flag, the
+// value given and what it must be — not the Go function that refused it
+// (pflag's `invalid argument "x" for "--n" flag: strconv.ParseInt: ...`).
+func inWords(err error) error {
+	ive, ok := errors.AsType[*pflag.InvalidValueError](err)
+	if !ok {
+		return err
+	}
+	f := ive.GetFlag()
+	var want string
+	switch f.Value.Type() {
+	case "int", "int64", "uint", "uint64":
+		want = "not a whole number"
+	case "float64":
+		want = "not a number"
+	case "duration":
+		want = "not a duration; write it as 50ms, 1s, 1m30s or 2h (units: ns, us, ms, s, m, h)"
+	case "bool":
+		want = "true or false"
+	default:
+		return fmt.Errorf("--%s: %w", f.Name, errors.Unwrap(ive)) // the flag's own type says the value and the rule
+	}
+	return fmt.Errorf("--%s %q: %s", f.Name, ive.GetValue(), want)
+}
 
 // usage marks err as a usage error (it is returned as is if it is one).
 func usage(err error) error {

@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/admin"
+	"github.com/sluicehq/sluice/internal/configfile"
 	"github.com/sluicehq/sluice/rls"
 	"github.com/sluicehq/sluice/server"
 )
@@ -73,11 +75,27 @@ func (f *serveFlags) options(log *slog.Logger) (server.Options, error) {
 	if f.config == "" {
 		return server.Options{}, usagef("--config is required: an envoyproxy/ratelimit YAML file, or a directory of them")
 	}
-	if f.maxConnections < 1 || f.grpcIdleTimeout <= 0 {
-		return server.Options{}, usagef("--max-connections %d, --grpc-idle-timeout %v: both must be positive (a bound cannot be switched off)", f.maxConnections, f.grpcIdleTimeout)
+	for _, a := range []struct{ flag, addr string }{{"http-addr", f.httpAddr}, {"grpc-addr", f.grpcAddr}, {"admin-addr", f.adminAddr}} {
+		if err := configfile.CheckAddr(a.addr); err != nil {
+			return server.Options{}, usagef("--%s %q: %v", a.flag, a.addr, err)
+		}
 	}
-	if f.grpcMaxStreams < 1 || f.grpcMaxStreams > math.MaxInt32 || f.grpcCallTimeout <= 0 {
-		return server.Options{}, usagef("--grpc-max-streams %d, --grpc-call-timeout %v: the streams must be between 1 and %d (HTTP/2's largest), the timeout positive (a bound cannot be switched off)", f.grpcMaxStreams, f.grpcCallTimeout, math.MaxInt32)
+	if f.redis != "" {
+		for a := range strings.SplitSeq(f.redis, ",") {
+			if err := configfile.CheckAddr(a); err != nil {
+				return server.Options{}, usagef("--redis %q: address %q: %v (Redis listens on 6379 by default)", f.redis, a, err)
+			}
+		}
+	}
+	switch {
+	case f.maxConnections < 1:
+		return server.Options{}, usagef("--max-connections %d: at least 1 (a bound cannot be switched off)", f.maxConnections)
+	case f.grpcIdleTimeout <= 0:
+		return server.Options{}, usagef("--grpc-idle-timeout %v: must be positive (a bound cannot be switched off)", f.grpcIdleTimeout)
+	case f.grpcMaxStreams < 1 || f.grpcMaxStreams > math.MaxInt32:
+		return server.Options{}, usagef("--grpc-max-streams %d: from 1 to %d (HTTP/2's largest)", f.grpcMaxStreams, math.MaxInt32)
+	case f.grpcCallTimeout <= 0:
+		return server.Options{}, usagef("--grpc-call-timeout %v: must be positive (a bound cannot be switched off)", f.grpcCallTimeout)
 	}
 	if f.keyHMACFile != "" && f.redis == "" {
 		return server.Options{}, usagef("--key-hmac-file hashes the keys sent to Redis: give --redis too")

@@ -128,3 +128,26 @@ func TestServeBadGRPCCallBounds(t *testing.T) {
 		}
 	}
 }
+
+// Each bad flag is named alone, with its rule, before anything starts; a
+// listener or Redis address is checked as the gateway's file checks one.
+func TestServeBadFlagSaysWhich(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"--grpc-call-timeout", "-1s"}, "sluice serve: --grpc-call-timeout -1s: must be positive"},
+		{[]string{"--max-connections", "-1"}, "sluice serve: --max-connections -1: at least 1"},
+		{[]string{"--grpc-idle-timeout", "0s"}, "sluice serve: --grpc-idle-timeout 0s: must be positive"},
+		{[]string{"--http-addr", "127.0.0.1:99999"}, `sluice serve: --http-addr "127.0.0.1:99999": the port must be a number from 0 to 65535`},
+		{[]string{"--admin-addr", "localhost"}, `sluice serve: --admin-addr "localhost": host:port`},
+		{[]string{"--grpc-addr", "::1:80"}, `sluice serve: --grpc-addr "::1:80": an IPv6 address goes in brackets`},
+		{[]string{"--redis", "127.0.0.1:6379,localhost"}, `sluice serve: --redis "127.0.0.1:6379,localhost": address "localhost": host:port`},
+	} {
+		code, out, errOut := run(append([]string{"serve", "--config", t.TempDir()}, c.args...)...)
+		if code != 2 || !strings.HasPrefix(errOut, c.says) || out != "" {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want exit 2, stderr starting %q", c.args, code, out, errOut, c.says)
+		}
+	}
+}

@@ -5,7 +5,9 @@
 package configfile
 
 import (
+	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 )
@@ -51,4 +53,30 @@ func YAMLLine(err error) int {
 	}
 	n, _ := strconv.Atoi(msg[j:k])
 	return n
+}
+
+// MaxFileSize is the largest configuration file either dialect reads, in
+// bytes (1 MiB): a larger one is not a configuration, and is refused with
+// TooLarge before it is parsed.
+const MaxFileSize = 1 << 20
+
+// TooLarge is the reason a file larger than MaxFileSize is refused.
+const TooLarge = "larger than 1048576 bytes (1 MiB), the largest configuration file sluice reads"
+
+// CheckAddr checks a host:port listener or server address, in a file or on
+// a flag: a host (a name, an IPv4 address, an IPv6 address in brackets, or
+// nothing: every interface) and a port number from 0 to 65535. A bare
+// IPv6 address such as ::1 is refused with the bracketed form to use.
+func CheckAddr(a string) error {
+	_, port, err := net.SplitHostPort(a)
+	if err != nil || port == "" {
+		if strings.Count(a, ":") > 1 && !strings.HasPrefix(a, "[") {
+			return errors.New("an IPv6 address goes in brackets with a port, e.g. [::1]:8080")
+		}
+		return errors.New("host:port, e.g. 127.0.0.1:8080 or [::1]:8080")
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n > 65535 {
+		return errors.New("the port must be a number from 0 to 65535")
+	}
+	return nil
 }

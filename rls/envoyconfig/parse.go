@@ -19,7 +19,7 @@ import (
 const (
 	// MaxFileSize is the largest file Parse, LoadFiles and LoadDir read,
 	// in bytes.
-	MaxFileSize = 1 << 20
+	MaxFileSize = configfile.MaxFileSize
 	// MaxDepth is the deepest nesting of descriptors, in levels (a request's
 	// descriptor has about as many entries).
 	MaxDepth = 32
@@ -29,7 +29,7 @@ const (
 )
 
 // tooLarge is the reason a file beyond MaxFileSize is refused.
-var tooLarge = fmt.Sprintf("larger than %d bytes, the largest file sluice reads", MaxFileSize)
+const tooLarge = configfile.TooLarge
 
 // A mapping's keys: which a mapping of each kind may hold.
 type schema struct {
