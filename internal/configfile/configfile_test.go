@@ -2,6 +2,7 @@ package configfile_test
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"testing"
 
@@ -47,5 +48,24 @@ func TestYAMLLine(t *testing.T) {
 	}
 	if got := configfile.YAMLLine(errors.New("no place named")); got != 0 {
 		t.Errorf("line %d for an error without one", got)
+	}
+}
+
+func TestCheckAddr(t *testing.T) {
+	for _, c := range []struct{ addr, err string }{
+		{"127.0.0.1:8080", ""},
+		{":0", ""},
+		{"[::1]:65535", ""},
+		{"localhost:6379", ""},
+		{"localhost", "host:port, e.g. 127.0.0.1:8080 or [::1]:8080"},
+		{"127.0.0.1:", "host:port, e.g. 127.0.0.1:8080 or [::1]:8080"},
+		{"::1:80", "an IPv6 address goes in brackets with a port, e.g. [::1]:8080"},
+		{"127.0.0.1:99999", "the port must be a number from 0 to 65535"},
+		{"127.0.0.1:http", "the port must be a number from 0 to 65535"},
+	} {
+		err := configfile.CheckAddr(c.addr)
+		if got := fmt.Sprint(err); c.err == "" && err != nil || c.err != "" && got != c.err {
+			t.Errorf("%q: %v, want %q", c.addr, err, c.err)
+		}
 	}
 }
