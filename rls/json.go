@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"regexp"
+	"strings"
 
 	rlpb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/codes"
@@ -67,9 +69,62 @@ func readJSONRequest(w http.ResponseWriter, r *http.Request) (*rlpb.RateLimitReq
 	}
 	var req rlpb.RateLimitRequest
 	if err := jsonIn.Unmarshal(body, &req); err != nil {
-		return nil, http.StatusBadRequest, fmt.Errorf("not an RLS request in JSON: %v", err)
+		return nil, http.StatusBadRequest, fmt.Errorf("not an RLS request in JSON: %s", jsonReason(err))
 	}
 	return &req, http.StatusOK, nil
+}
+
+// protoValue matches protojson's words for a value of the wrong type:
+// "invalid value for uint32 field hitsAddend: -1".
+var protoValue = regexp.MustCompile(`invalid value for (\w+) field (\w+): (.*)$`)
+
+// protoPrefix matches protojson's "proto:" and the space after it, which it
+// writes as U+00A0 at random (its texts are not meant to be parsed: this
+// only makes them readable, and leaves a text it does not know as it is).
+var protoPrefix = regexp.MustCompile(`^proto:[ \x{00a0}]*`)
+
+// protoPlace matches where protojson found the fault: "(line 1:32): ".
+var protoPlace = regexp.MustCompile(`\(line (\d+):(\d+)\):? ?`)
+
+// protoKinds says, in words, what a protobuf field of a kind holds.
+var protoKinds = map[string]string{
+	"uint32": "a whole number from 0 to 4294967295", "uint64": "a whole number from 0 up", "int64": "a whole number",
+	"string": "a string", "bool": "true or false", "enum": "one of the unit names (SECOND, MINUTE, HOUR, DAY, ...)",
+}
+
+// jsonReason is protojson's error in the request's terms: without the
+// "proto:" prefix and Go's type names, the field under its JSON name
+// (hits_addend, not hitsAddend), where it is, and what it must hold.
+func jsonReason(err error) string {
+	msg := protoPrefix.ReplaceAllString(err.Error(), "")
+	place := ""
+	if m := protoPlace.FindStringSubmatch(msg); m != nil {
+		place = " (line " + m[1] + ", column " + m[2] + ")"
+		msg = strings.Replace(msg, m[0], "", 1)
+		msg = strings.Replace(msg, "syntax error ", "syntax error: ", 1)
+	}
+	if m := protoValue.FindStringSubmatch(msg); m != nil {
+		want, ok := protoKinds[m[1]]
+		if !ok {
+			want = "an object"
+		}
+		msg = fmt.Sprintf("%s is %s, not %s", snakeCase(m[2]), want, m[3])
+	}
+	return strings.TrimSpace(msg) + place
+}
+
+// snakeCase is a protobuf field's JSON name as the API documents it:
+// hitsAddend is hits_addend.
+func snakeCase(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if 'A' <= r && r <= 'Z' {
+			b.WriteByte('_')
+			r += 'a' - 'A'
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 // httpStatusOf maps the service's refusal to HTTP: the client's mistake,

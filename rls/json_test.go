@@ -85,6 +85,8 @@ func TestJSONHandlerErrors(t *testing.T) {
 		{"empty body", http.MethodPost, "", h, 400, "an empty request"},
 		{"blank body", http.MethodPost, " \n\t", h, 400, "an empty request"},
 		{"malformed", http.MethodPost, `{"domain":"edge"`, h, 400, "not an RLS request in JSON"},
+		{"a value of the wrong type", http.MethodPost, `{"domain":"edge","hits_addend":-1}`, h, 400, "not an RLS request in JSON: hits_addend is a whole number from 0 to 4294967295, not -1 (line 1, column 32)"},
+		{"not JSON", http.MethodPost, `{"descriptors":"x"}`, h, 400, `not an RLS request in JSON: syntax error: unexpected token "x" (line 1, column 16)`},
 		{"not JSON", http.MethodPost, `domain=edge`, h, 400, "not an RLS request in JSON"},
 		{"unknown field", http.MethodPost, `{"domain":"edge","nope":1}`, h, 400, "not an RLS request in JSON"},
 		{"too large", http.MethodPost, strings.Repeat(" ", rls.MaxJSONBody+1), h, 413, "a request is at most 65536 bytes"},
