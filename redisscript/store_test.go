@@ -19,7 +19,10 @@ func TestMain(m *testing.M) {
 		// rueidis closes the connections a Cluster topology change removed
 		// 5 s later, from a goroutine of its own (cluster.go, _refresh): a
 		// test that ends within 5 s of a change leaves it sleeping.
-		goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*clusterClient)._refresh.func2"))
+		goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*clusterClient)._refresh.func2"),
+		// The same for a refresh rueidis delays after a failed call (its
+		// singleflight's DelayDo sleeps up to about a second, then ends).
+		goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*call).DelayDo.func1"))
 }
 
 func newRueidis(t testing.TB, addrs ...string) rueidis.Client {
