@@ -70,7 +70,9 @@ func (f *File) node(path []any) (*yaml.Node, bool) {
 	if n == nil {
 		return nil, false
 	}
-	if n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
+	// A document with nothing in it ("---") holds an implicit null that
+	// yaml.v3 places on the line after it: the document's line is the one.
+	if n.Kind == yaml.DocumentNode && len(n.Content) > 0 && !isImplicitNull(n.Content[0]) {
 		n = n.Content[0]
 	}
 	for _, p := range path {
@@ -96,4 +98,10 @@ func (f *File) node(path []any) (*yaml.Node, bool) {
 		n = next
 	}
 	return n, true
+}
+
+// isImplicitNull reports whether n is the null of a document that says
+// nothing ("---", "---\n...").
+func isImplicitNull(n *yaml.Node) bool {
+	return n.Kind == yaml.ScalarNode && n.Tag == "!!null" && n.Value == ""
 }
