@@ -40,15 +40,15 @@ func TestCheckRefusesWhatNewRefuses(t *testing.T) {
 		name, yaml, upstream, want string
 	}{
 		{"short admin token file", "listen: 127.0.0.1:0\nadmin: {listen: 127.0.0.1:0, token_file: " + short + "}\n", "",
-			"t.yaml:2: admin token " + short + ": one word of at least 16 characters"},
+			"t.yaml:2: admin token (file " + short + "): must be one word of at least 16 characters, without white space inside"},
 		{"admin token file with spaces", "listen: 127.0.0.1:0\nadmin:\n  listen: 127.0.0.1:0\n  token_file: " + spaced + "\n", "",
-			"t.yaml:4: admin token " + spaced + ": one word of at least 16 characters"},
+			"t.yaml:4: admin token (file " + spaced + "): must be one word of at least 16 characters, without white space inside"},
 		{"missing admin token file", "listen: 127.0.0.1:0\nadmin: {listen: 127.0.0.1:0, token_file: " + missing + "}\n", "",
-			"t.yaml:2: admin token: open " + missing + ": no such file or directory"},
+			"t.yaml:2: admin token (file " + missing + "): no such file"},
 		{"missing key_hmac_file", listeners + "store:\n  kind: redis\n  redis:\n    addrs: [" + redis + "]\n    key_hmac_file: " + missing + "\n", "",
-			"t.yaml:7: redis key_hmac_file: open " + missing + ": no such file or directory"},
+			"t.yaml:7: key HMAC secret (file " + missing + "): no such file"},
 		{"short key_hmac_file", listeners + "store:\n  kind: redis\n  redis:\n    key_hmac_file: " + short + "\n", "",
-			"t.yaml:6: redis key_hmac_file " + short + ": the secret must be at least 16 characters"},
+			"t.yaml:6: key HMAC secret (file " + short + "): must be at least 16 characters (surrounding white space is not counted)"},
 		{"redis prefix the store refuses", listeners + "store:\n  kind: redis\n  redis: {addrs: [" + redis + "], prefix: 'a{b}'}\n", "",
 			`t.yaml:5: redis prefix "a{b}": at most 64 bytes, without { or } (the store writes the keys' Cluster hash tags itself)`},
 		{"listen port out of range", "listen: 127.0.0.1:99999\nadmin: {listen: 127.0.0.1:0}\n", "",
@@ -119,7 +119,7 @@ func TestCheckAccepts(t *testing.T) {
 	}
 	// Without an upstream, the rest is still checked.
 	checkErr, _ = checkAndStart(t, strings.Replace(yaml, token, token+".missing", 1), "")
-	if checkErr == nil || errors.Is(checkErr, gateway.ErrNoUpstream) || !strings.Contains(checkErr.Error(), "admin token: open") {
+	if checkErr == nil || errors.Is(checkErr, gateway.ErrNoUpstream) || !strings.Contains(checkErr.Error(), "admin token (file "+token+".missing): no such file") {
 		t.Fatalf("no upstream, a missing token file: %v, want the token file's error", checkErr)
 	}
 	if err := gateway.Check(gateway.Options{}); err == nil || !strings.Contains(err.Error(), "Config is required") {

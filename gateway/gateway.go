@@ -23,8 +23,6 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
-	"os"
-	"strings"
 	"sync"
 	"time"
 
@@ -36,6 +34,7 @@ import (
 	"github.com/sluicehq/sluice/gateway/config"
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/internal/admin"
+	"github.com/sluicehq/sluice/internal/secret"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/ratelimitheader"
@@ -154,7 +153,7 @@ func build(opts Options, connect connector) (_ *Gateway, err error) {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	target, _ := url.Parse(upstream)
-	token, err := admin.ReadToken(admin.Source{File: cfg.Admin.TokenFile})
+	token, err := secret.Read(secret.Source{File: cfg.Admin.TokenFile}, secret.AdminToken)
 	if err != nil {
 		return nil, cfg.ErrorAt("admin.token_file", err)
 	}
@@ -335,7 +334,7 @@ func (g *Gateway) openStore(cfg *config.File, connect connector) (sluice.Limiter
 		return s, g.metrics.RegisterMemory(func() metrics.MemoryStats { return metrics.MemoryStats(s.Stats()) })
 	}
 	r := cfg.Store.Redis
-	secret, err := readSecret(r.KeyHMACFile, "redis key_hmac_file")
+	keyHMAC, err := secret.Read(secret.Source{File: r.KeyHMACFile}, secret.KeyHMAC)
 	if err != nil {
 		return nil, cfg.ErrorAt("store.redis.key_hmac_file", err)
 	}
@@ -350,7 +349,7 @@ func (g *Gateway) openStore(cfg *config.File, connect connector) (sluice.Limiter
 		g.failsClosed = g.failsClosed || l.OnFailure == sluice.FailClosed
 	}
 	s, err := redisstore.New(redisstore.Options{
-		Client: conn, Prefix: r.Prefix, KeyHMAC: secret, Logger: g.log,
+		Client: conn, Prefix: r.Prefix, KeyHMAC: []byte(keyHMAC), Logger: g.log,
 		Timeout: time.Duration(r.Timeout), Instances: r.Instances, DenyCache: r.DenyCache, Policies: policies,
 	})
 	if err != nil {
@@ -410,23 +409,6 @@ func upstreamTransport(wait time.Duration) *http.Transport {
 	t.MaxIdleConnsPerHost = 1024
 	t.ResponseHeaderTimeout = wait
 	return t
-}
-
-// readSecret reads a file holding a secret ("" for none), trimmed of
-// surrounding white space; what names the field, for errors.
-func readSecret(path, what string) ([]byte, error) {
-	if path == "" {
-		return nil, nil
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", what, err)
-	}
-	s := strings.TrimSpace(string(b))
-	if len(s) < 16 {
-		return nil, fmt.Errorf("%s %s: the secret must be at least 16 characters", what, path)
-	}
-	return []byte(s), nil
 }
 
 // adminHandler serves /healthz and /metrics, and, with the bearer token,

@@ -229,27 +229,3 @@ func TestKeyHMACHidesIdentity(t *testing.T) {
 
 // The key HMAC secret is read with the gateway's rules: a file, trimmed,
 // at least 16 characters.
-func TestReadKeyHMAC(t *testing.T) {
-	t.Parallel()
-	dir := t.TempDir()
-	write := func(name, content string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	if b, err := server.ReadKeyHMAC(write("good", "  sixteen-characters-long\n")); err != nil || string(b) != "sixteen-characters-long" {
-		t.Errorf("a good secret: %q, %v", b, err)
-	}
-	short := write("short", "too-short\n")
-	if _, err := server.ReadKeyHMAC(short); err == nil || !strings.Contains(err.Error(), "at least 16") || strings.Contains(err.Error(), "too-short") {
-		t.Errorf("a short secret: %v; want a refusal that names the rule, not the secret", err)
-	}
-	if _, err := server.ReadKeyHMAC(filepath.Join(dir, "missing")); err == nil {
-		t.Error("a missing file: no error")
-	}
-	if _, err := server.New(server.Options{Load: server.EnvoyLoader(dir), KeyHMAC: []byte("sixteen-characters-long")}); err == nil || !strings.Contains(err.Error(), "Redis") {
-		t.Errorf("KeyHMAC without Redis: %v; want a refusal", err)
-	}
-}

@@ -21,17 +21,16 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/fsnotify/fsnotify"
 	"golang.org/x/net/netutil"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/admin"
+	"github.com/sluicehq/sluice/internal/filewatch"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/redisstore"
@@ -97,7 +96,7 @@ type Options struct {
 	// KeyHMAC, when set, is the secret with which the Redis store hashes
 	// keys (HMAC-SHA256) before they reach Redis, so that no API key, IP
 	// or other descriptor value appears in a Redis key name (see
-	// redisstore.Options.KeyHMAC; ReadKeyHMAC reads it from a file).
+	// redisstore.Options.KeyHMAC).
 	// Requires Redis; changing it starts every counter fresh. Never logged.
 	KeyHMAC []byte
 	// Logger receives events (never a key or a descriptor's value),
@@ -141,8 +140,7 @@ type Server struct {
 	grpcLn   net.Listener // the listeners: bound by New, closed by Close
 	httpLn   net.Listener
 	adminLn  net.Listener
-	watcher  *fsnotify.Watcher
-	watched  map[string]bool // base names of watched files (not directories)
+	watcher  *filewatch.Watcher // the configuration's files; nil when not watched
 	closers  []func() error
 	redis    *redisstore.Store // the Redis store the server opened; nil otherwise
 }
@@ -523,19 +521,4 @@ func writeAdminError(w http.ResponseWriter, err error) {
 	default:
 		writeJSONError(w, http.StatusServiceUnavailable, err.Error())
 	}
-}
-
-// ReadKeyHMAC reads the secret of Options.KeyHMAC from a file, trimmed of
-// surrounding white space: at least 16 characters (the gateway's
-// key_hmac_file rule). The error names the file, never the secret.
-func ReadKeyHMAC(path string) ([]byte, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("server: key HMAC secret: %w", err)
-	}
-	secret := strings.TrimSpace(string(b))
-	if len(secret) < 16 {
-		return nil, fmt.Errorf("server: key HMAC secret %s: the secret must be at least 16 characters", path)
-	}
-	return []byte(secret), nil
 }

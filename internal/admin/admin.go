@@ -1,7 +1,8 @@
 // Package admin is what sluice serve's and sluice gateway's admin
 // listeners share: the bearer-token check in front of their /admin/
-// routes (Handler) and the reader of the token (ReadToken), so that both
-// commands answer and refuse with the same rules and the same words.
+// routes (Handler), so that both commands answer and refuse with the same
+// rules and the same words. The token is read by package secret
+// (secret.AdminToken: one word of at least 16 characters).
 //
 // The check: without a configured token the admin API is off and every
 // request is 403; with one, a request without "Authorization: Bearer
@@ -13,14 +14,9 @@ package admin
 import (
 	"crypto/subtle"
 	"encoding/json"
-	"fmt"
 	"net/http"
-	"os"
 	"strings"
 )
-
-// MinTokenLength is the fewest characters an admin token may have.
-const MinTokenLength = 16
 
 // Challenge is the WWW-Authenticate value of a 401.
 const Challenge = `Bearer realm="sluice admin"`
@@ -70,36 +66,4 @@ func or(a, b string) string {
 		return b
 	}
 	return a
-}
-
-// A Source says where a secret is kept. The zero Source is no secret.
-// Today a secret is read from a file; an environment variable is the
-// next source this type is meant to take.
-type Source struct {
-	// File is the path of a file holding the secret.
-	File string
-}
-
-// ErrShortToken is returned, wrapped with the source, for a token that is
-// not one word of at least MinTokenLength characters.
-var ErrShortToken = fmt.Errorf("one word of at least %d characters", MinTokenLength)
-
-// ReadToken reads an admin token from src: the file's content trimmed of
-// surrounding white space, which must be one word (no white space inside)
-// of at least MinTokenLength (16) characters, else ErrShortToken. The zero
-// Source gives "" and no error: no token, the admin API off. An error
-// names the source, never the token.
-func ReadToken(src Source) (string, error) {
-	if src.File == "" {
-		return "", nil
-	}
-	b, err := os.ReadFile(src.File)
-	if err != nil {
-		return "", fmt.Errorf("admin token: %w", err)
-	}
-	t := strings.TrimSpace(string(b))
-	if len(t) < MinTokenLength || strings.ContainsAny(t, " \t\r\n") {
-		return "", fmt.Errorf("admin token %s: %w", src.File, ErrShortToken)
-	}
-	return t, nil
 }

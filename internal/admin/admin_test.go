@@ -1,13 +1,9 @@
 package admin_test
 
 import (
-	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/sluicehq/sluice/internal/admin"
@@ -58,50 +54,5 @@ func TestHandler(t *testing.T) {
 			res.Header.Get("Cache-Control") != "no-store" || (ct == "application/json") != c.json {
 			t.Errorf("%s: %d %q %v; want %d %q", c.name, res.StatusCode, rec.Body.String(), res.Header, c.code, c.body)
 		}
-	}
-}
-
-func TestReadToken(t *testing.T) {
-	t.Parallel()
-	dir := t.TempDir()
-	write := func(name, content string) admin.Source {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return admin.Source{File: p}
-	}
-	for _, c := range []struct {
-		name, content, want string
-	}{
-		{"exact", "sixteen-chars-ok", "sixteen-chars-ok"},
-		{"trimmed", "  \tan-admin-token-of-some-length\r\n\n", "an-admin-token-of-some-length"},
-	} {
-		if got, err := admin.ReadToken(write(c.name, c.content)); err != nil || got != c.want {
-			t.Errorf("%s: %q, %v; want %q", c.name, got, err, c.want)
-		}
-	}
-	for _, c := range []struct{ name, content string }{
-		{"short", "fifteen-chars-x\n"},
-		{"empty", ""},
-		{"blank", " \n\t\n"},
-		{"two words", "an-admin token-of-some-length\n"},
-		{"two lines", "an-admin-token\nof-some-length\n"},
-	} {
-		src := write(c.name, c.content)
-		_, err := admin.ReadToken(src)
-		if !errors.Is(err, admin.ErrShortToken) || !strings.Contains(err.Error(), src.File) || !strings.Contains(err.Error(), "at least 16 characters") {
-			t.Errorf("%s: %v; want ErrShortToken naming the file and the rule", c.name, err)
-		}
-		if err != nil && strings.TrimSpace(c.content) != "" && strings.Contains(err.Error(), strings.Fields(c.content)[0]) {
-			t.Errorf("%s: %v: the error shows the secret", c.name, err)
-		}
-	}
-	missing := admin.Source{File: filepath.Join(dir, "missing")}
-	if _, err := admin.ReadToken(missing); !errors.Is(err, os.ErrNotExist) || !strings.Contains(err.Error(), "admin token") {
-		t.Errorf("a missing file: %v; want an admin token error wrapping os.ErrNotExist", err)
-	}
-	if got, err := admin.ReadToken(admin.Source{}); got != "" || err != nil {
-		t.Errorf("the zero Source: %q, %v; want no token and no error", got, err)
 	}
 }

@@ -15,8 +15,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/admin"
 	"github.com/sluicehq/sluice/internal/configfile"
+	"github.com/sluicehq/sluice/internal/secret"
 	"github.com/sluicehq/sluice/rls"
 	"github.com/sluicehq/sluice/server"
 )
@@ -58,7 +58,7 @@ drains and stops on SIGINT or SIGTERM. Check a configuration first with sluice c
 	fs.StringVar(&f.redis, "redis", "", "the Redis server's `HOST:PORT`, or several, comma-separated, for a Redis Cluster (default: none, the in-process memory store)")
 	fs.TextVar(&f.onRedisFailure, "on-redis-failure", sluice.FailOpen, "what a decision is when Redis cannot answer, a `POLICY`: fail_open (allow), fail_closed (refuse) or fail_local (decide in this process's memory)")
 	fs.StringVar(&f.keyHMACFile, "key-hmac-file", "", "a `FILE` holding a secret of at least 16 characters (surrounding white space is trimmed) with which Redis keys are HMAC'd, so that no API key or IP appears in a Redis key name; needs --redis (default: none, keys as they are)")
-	fs.StringVar(&f.adminTokenFile, "admin-token-file", "", fmt.Sprintf("a `FILE` holding the admin token: one word of at least %d characters (surrounding white space is trimmed) (default: none, the admin API is off and every route answers 403)", admin.MinTokenLength))
+	fs.StringVar(&f.adminTokenFile, "admin-token-file", "", fmt.Sprintf("a `FILE` holding the admin token: one word of at least %d characters (surrounding white space is trimmed) (default: none, the admin API is off and every route answers 403)", secret.AdminToken.MinLength))
 	fs.IntVar(&f.maxDescriptors, "max-descriptors", rls.DefaultMaxDescriptors, "descriptors per request at most (0 or less: the default)")
 	fs.DurationVar(&f.grpcIdleTimeout, "grpc-idle-timeout", server.DefaultGRPCIdleTimeout, "close a gRPC connection with no call in flight for this long (a GOAWAY: the client reconnects on its next call); positive")
 	fs.IntVar(&f.maxConnections, "max-connections", server.DefaultMaxConnections, "connections each listener holds at once, at least 1; more wait in the listen backlog")
@@ -103,14 +103,16 @@ func (f *serveFlags) options(log *slog.Logger) (server.Options, error) {
 	var keyHMAC []byte
 	if f.keyHMACFile != "" {
 		var err error
-		if keyHMAC, err = server.ReadKeyHMAC(f.keyHMACFile); err != nil {
+		k, err := secret.Read(secret.Source{File: f.keyHMACFile}, secret.KeyHMAC)
+		if err != nil {
 			return server.Options{}, err
 		}
+		keyHMAC = []byte(k)
 	}
 	var token string
 	if f.adminTokenFile != "" {
 		var err error
-		if token, err = admin.ReadToken(admin.Source{File: f.adminTokenFile}); err != nil {
+		if token, err = secret.Read(secret.Source{File: f.adminTokenFile}, secret.AdminToken); err != nil {
 			return server.Options{}, err
 		}
 	}

@@ -56,16 +56,7 @@ func unavailable(t testing.TB, what string) {
 
 // ping sends PING and waits for PONG.
 func ping(addr string) error {
-	c, err := net.DialTimeout("tcp", addr, time.Second)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(time.Second))
-	if _, err := c.Write([]byte("PING\r\n")); err != nil {
-		return err
-	}
-	line, err := bufio.NewReader(c).ReadString('\n')
+	line, err := send(addr, "PING")
 	if err != nil {
 		return err
 	}
@@ -73,6 +64,33 @@ func ping(addr string) error {
 		return fmt.Errorf("PING answered %q", line)
 	}
 	return nil
+}
+
+// answers is nil once a server at addr answers PING at all: PONG, or an
+// error such as NOAUTH from one that wants a password.
+func answers(addr string) error {
+	line, err := send(addr, "PING")
+	if err != nil {
+		return err
+	}
+	if !strings.HasPrefix(line, "+") && !strings.HasPrefix(line, "-") {
+		return fmt.Errorf("PING answered %q", line)
+	}
+	return nil
+}
+
+// send sends an inline command and returns the first line of the reply.
+func send(addr, cmd string) (string, error) {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := c.Write([]byte(cmd + "\r\n")); err != nil {
+		return "", err
+	}
+	return bufio.NewReader(c).ReadString('\n')
 }
 
 // FreePort returns a loopback port free at the time of the call.
@@ -88,12 +106,13 @@ func FreePort(t testing.TB) int {
 
 // Server is a redis-server a test owns.
 type Server struct {
-	t    testing.TB
-	port int
-	args []string
-	dir  string
-	mu   sync.Mutex
-	cmd  *exec.Cmd
+	t       testing.TB
+	port    int
+	tlsPort int // StartTLSServer's; 0 otherwise
+	args    []string
+	dir     string
+	mu      sync.Mutex
+	cmd     *exec.Cmd
 }
 
 // StartServer starts redis-server on a free loopback port, without
@@ -123,7 +142,7 @@ func (s *Server) Start() {
 	}
 	s.cmd = cmd
 	deadline := time.Now().Add(10 * time.Second)
-	for ping(s.Addr()) != nil {
+	for answers(s.Addr()) != nil {
 		if time.Now().After(deadline) {
 			s.t.Fatalf("redis-server on %s did not answer in 10 s", s.Addr())
 		}

@@ -1,0 +1,341 @@
+package tlsconfig
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"time"
+)
+
+// MaxFileSize bounds a certificate, key or CA file (1 MiB: a bundle of
+// every public root is about 200 KiB).
+const MaxFileSize = 1 << 20
+
+// clockSkew is how far in the future a certificate's NotBefore may be and
+// still be accepted: the issuer's clock and this machine's differ.
+const clockSkew = time.Minute
+
+// expiresSoon is how close to its expiry a certificate makes Summary warn.
+const expiresSoon = 14 * 24 * time.Hour
+
+// Summary describes the certificates read: for sluice check, the admin
+// API's /admin/config and the logs. It holds names and dates, never a key.
+type Summary struct {
+	// CertFile and the certificate's subject, names (DNS and IP SANs) and
+	// validity; empty for a Client without a certificate.
+	CertFile  string    `json:"cert_file,omitempty"`
+	Subject   string    `json:"subject,omitempty"`
+	Names     []string  `json:"names,omitempty"`
+	NotBefore time.Time `json:"not_before,omitzero"`
+	NotAfter  time.Time `json:"not_after,omitzero"`
+	// CAFile is the client CA file (a Server's) or the server CA file (a
+	// Client's); CAs the certificates in it. Empty: no client
+	// certificates asked (Server), the system's roots (Client).
+	CAFile string `json:"ca_file,omitempty"`
+	CAs    int    `json:"cas,omitempty"`
+	// Warnings are what will not stop TLS but may soon, or for some
+	// clients: an expiry within 14 days, no subject alternative name.
+	Warnings []string `json:"warnings,omitempty"`
+}
+
+// String is the summary in one line.
+func (s Summary) String() string {
+	var parts []string
+	if s.CertFile != "" {
+		who := s.Subject
+		if len(s.Names) > 0 {
+			who += "; " + strings.Join(s.Names, ", ")
+		}
+		parts = append(parts, fmt.Sprintf("%s (%s), valid until %s", s.CertFile, who, s.NotAfter.UTC().Format(time.RFC3339)))
+	}
+	if s.CAFile != "" {
+		parts = append(parts, fmt.Sprintf("CA %s (%d certificate(s))", s.CAFile, s.CAs))
+	}
+	for _, w := range s.Warnings {
+		parts = append(parts, "warning: "+w)
+	}
+	return strings.Join(parts, "; ")
+}
+
+// material is what a Server's files hold, read and checked.
+type material struct {
+	cert    *tls.Certificate // Leaf set
+	pool    *x509.CertPool   // the client CAs; nil without mTLS
+	summary Summary
+}
+
+// Check reads s's files and checks them as a listener would at start (see
+// the package doc), at the instant now: every refusal is an *Error naming
+// the file. It returns what they hold. The zero Server checks nothing.
+func (s Server) Check(now time.Time) (Summary, error) {
+	if !s.Enabled() {
+		return Summary{}, nil
+	}
+	m, err := s.load(now)
+	if err != nil {
+		return Summary{}, err
+	}
+	return m.summary, nil
+}
+
+func (s Server) load(now time.Time) (*material, error) {
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	cert, sum, err := loadPair(s.CertFile, s.KeyFile, now, "cert_file", "key_file")
+	if err != nil {
+		return nil, err
+	}
+	m := &material{cert: cert, summary: sum}
+	if s.ClientCAFile != "" {
+		pool, n, warnings, err := loadCAs(s.ClientCAFile, "client_ca_file", now)
+		if err != nil {
+			return nil, err
+		}
+		m.pool = pool
+		m.summary.CAFile, m.summary.CAs = s.ClientCAFile, n
+		m.summary.Warnings = append(m.summary.Warnings, warnings...)
+	}
+	return m, nil
+}
+
+// Check reads c's files and checks them as a connection would at start,
+// at the instant now, and returns what they hold.
+func (c Client) Check(now time.Time) (Summary, error) {
+	_, sum, err := c.load(now)
+	return sum, err
+}
+
+// Config reads and checks c's files and returns the TLS configuration of
+// a client: the CA bundle as its roots (or the system's), the client
+// certificate if any, the server name if set (otherwise the dialler sets
+// the host it dials: see ForHost), TLS 1.2 at least.
+func (c Client) Config(now time.Time) (*tls.Config, error) {
+	cfg, _, err := c.load(now)
+	return cfg, err
+}
+
+func (c Client) load(now time.Time) (*tls.Config, Summary, error) {
+	if err := c.Validate(); err != nil {
+		return nil, Summary{}, err
+	}
+	v, _ := minVersion(c.MinVersion)
+	cfg := &tls.Config{MinVersion: v, ServerName: c.ServerName}
+	var sum Summary
+	if c.CertFile != "" {
+		cert, s, err := loadPair(c.CertFile, c.KeyFile, now, "cert_file", "key_file")
+		if err != nil {
+			return nil, Summary{}, err
+		}
+		cfg.Certificates = []tls.Certificate{*cert}
+		sum = s
+	}
+	if c.CAFile != "" {
+		pool, n, warnings, err := loadCAs(c.CAFile, "ca_file", now)
+		if err != nil {
+			return nil, Summary{}, err
+		}
+		cfg.RootCAs = pool
+		sum.CAFile, sum.CAs = c.CAFile, n
+		sum.Warnings = append(sum.Warnings, warnings...)
+	}
+	return cfg, sum, nil
+}
+
+// readPEM reads a file of at most MaxFileSize bytes and lists the PEM
+// blocks in it.
+func readPEM(path, field string) ([]byte, []*pem.Block, error) {
+	fail := func(err error, reason string) ([]byte, []*pem.Block, error) {
+		return nil, nil, &Error{Field: field, File: path, Reason: reason, Err: err}
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return fail(err, fileReason(err))
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err == nil && !fi.Mode().IsRegular() {
+		return fail(nil, "not a regular file")
+	}
+	b, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	if err != nil {
+		return fail(err, fileReason(err))
+	}
+	if len(b) > MaxFileSize {
+		return fail(nil, fmt.Sprintf("larger than %d bytes: not a certificate or key file (is the path right?)", MaxFileSize))
+	}
+	var blocks []*pem.Block
+	for rest := b; ; {
+		var blk *pem.Block
+		blk, rest = pem.Decode(rest)
+		if blk == nil {
+			break
+		}
+		blocks = append(blocks, blk)
+	}
+	return b, blocks, nil
+}
+
+// fileReason says why a file could not be read, without its path.
+func fileReason(err error) string {
+	var pe *os.PathError
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return "no such file"
+	case errors.Is(err, os.ErrPermission):
+		return "cannot read it: permission denied"
+	case errors.As(err, &pe):
+		return "cannot " + pe.Op + " it: " + pe.Err.Error()
+	}
+	return err.Error()
+}
+
+func types(blocks []*pem.Block) []string {
+	var ts []string
+	for _, b := range blocks {
+		if !slices.Contains(ts, b.Type) {
+			ts = append(ts, b.Type)
+		}
+	}
+	return ts
+}
+
+func isKey(typ string) bool { return strings.HasSuffix(typ, "PRIVATE KEY") }
+
+// loadPair reads a certificate and its key, and checks that they belong
+// together and that the certificate is valid at now.
+func loadPair(certFile, keyFile string, now time.Time, certField, keyField string) (*tls.Certificate, Summary, error) {
+	certPEM, certBlocks, err := readPEM(certFile, certField)
+	if err != nil {
+		return nil, Summary{}, err
+	}
+	keyPEM, keyBlocks, err := readPEM(keyFile, keyField)
+	if err != nil {
+		return nil, Summary{}, err
+	}
+	certErr := func(reason string) error { return &Error{Field: certField, File: certFile, Reason: reason} }
+	keyErr := func(reason string) error { return &Error{Field: keyField, File: keyFile, Reason: reason} }
+	if !slices.ContainsFunc(certBlocks, func(b *pem.Block) bool { return b.Type == "CERTIFICATE" }) {
+		if slices.ContainsFunc(certBlocks, func(b *pem.Block) bool { return isKey(b.Type) }) {
+			return nil, Summary{}, certErr("no certificate in it, but a private key: are the certificate and key files swapped?")
+		}
+		return nil, Summary{}, certErr(fmt.Sprintf("no certificate in it (a PEM CERTIFICATE block; found %s)", found(certBlocks)))
+	}
+	switch {
+	case slices.ContainsFunc(keyBlocks, func(b *pem.Block) bool { return b.Type == "ENCRYPTED PRIVATE KEY" || b.Headers["Proc-Type"] != "" }):
+		return nil, Summary{}, keyErr("an encrypted private key: sluice reads unencrypted keys (protect the file with its permissions instead)")
+	case !slices.ContainsFunc(keyBlocks, func(b *pem.Block) bool { return isKey(b.Type) }):
+		if slices.ContainsFunc(keyBlocks, func(b *pem.Block) bool { return b.Type == "CERTIFICATE" }) {
+			return nil, Summary{}, keyErr("no private key in it, but a certificate: are the certificate and key files swapped?")
+		}
+		return nil, Summary{}, keyErr(fmt.Sprintf("no private key in it (a PEM PRIVATE KEY, EC PRIVATE KEY or RSA PRIVATE KEY block; found %s)", found(keyBlocks)))
+	}
+	leaf, err := x509.ParseCertificate(firstOf(certBlocks, "CERTIFICATE").Bytes)
+	if err != nil {
+		return nil, Summary{}, certErr("the certificate does not parse: " + strings.TrimPrefix(err.Error(), "x509: "))
+	}
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		if strings.Contains(err.Error(), "does not match") {
+			return nil, Summary{}, &Error{Field: keyField, File: keyFile, Reason: fmt.Sprintf("not the key of the certificate in %s (a rotation half done, or files of two pairs)", certFile)}
+		}
+		return nil, Summary{}, keyErr("the key does not parse: " + strings.TrimPrefix(err.Error(), "tls: "))
+	}
+	pair.Leaf = leaf
+	if err := validAt(leaf, now); err != "" {
+		return nil, Summary{}, certErr(err)
+	}
+	sum := Summary{CertFile: certFile, Subject: leaf.Subject.String(), Names: names(leaf), NotBefore: leaf.NotBefore.UTC(), NotAfter: leaf.NotAfter.UTC()}
+	if len(sum.Names) == 0 {
+		sum.Warnings = append(sum.Warnings, certFile+": no subject alternative name (DNS or IP): Go and most TLS clients ignore the common name and will refuse it")
+	}
+	if left := leaf.NotAfter.Sub(now); left < expiresSoon {
+		sum.Warnings = append(sum.Warnings, fmt.Sprintf("%s: expires in %s, on %s", certFile, left.Round(time.Minute), leaf.NotAfter.UTC().Format(time.RFC3339)))
+	}
+	return &pair, sum, nil
+}
+
+// validAt is "" when cert is valid at now (its NotBefore within the clock
+// skew), else why not.
+func validAt(cert *x509.Certificate, now time.Time) string {
+	switch {
+	case now.After(cert.NotAfter):
+		return fmt.Sprintf("the certificate (%s) expired on %s", cert.Subject, cert.NotAfter.UTC().Format(time.RFC3339))
+	case now.Add(clockSkew).Before(cert.NotBefore):
+		return fmt.Sprintf("the certificate (%s) is not valid before %s", cert.Subject, cert.NotBefore.UTC().Format(time.RFC3339))
+	}
+	return ""
+}
+
+// loadCAs reads a CA bundle: every CERTIFICATE block must parse, and at
+// least one must be valid at now (a bundle in rotation holds an old CA
+// too: that one is a warning).
+func loadCAs(path, field string, now time.Time) (*x509.CertPool, int, []string, error) {
+	_, blocks, err := readPEM(path, field)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	caErr := func(reason string) error { return &Error{Field: field, File: path, Reason: reason} }
+	pool := x509.NewCertPool()
+	var warnings, invalid []string
+	n := 0
+	for _, b := range blocks {
+		if b.Type != "CERTIFICATE" {
+			if isKey(b.Type) {
+				return nil, 0, nil, caErr("holds a private key: a CA bundle holds certificates only (is it the key file?)")
+			}
+			continue
+		}
+		c, err := x509.ParseCertificate(b.Bytes)
+		if err != nil {
+			return nil, 0, nil, caErr(fmt.Sprintf("certificate %d does not parse: %s", n+1, strings.TrimPrefix(err.Error(), "x509: ")))
+		}
+		n++
+		if why := validAt(c, now); why != "" {
+			invalid = append(invalid, why)
+			continue
+		}
+		pool.AddCert(c)
+	}
+	switch {
+	case n == 0:
+		return nil, 0, nil, caErr(fmt.Sprintf("no certificate in it (PEM CERTIFICATE blocks; found %s)", found(blocks)))
+	case len(invalid) == n:
+		return nil, 0, nil, caErr(strings.Join(invalid, "; "))
+	}
+	for _, why := range invalid {
+		warnings = append(warnings, path+": "+why+" (left out; the others are used)")
+	}
+	return pool, n - len(invalid), warnings, nil
+}
+
+func firstOf(blocks []*pem.Block, typ string) *pem.Block {
+	for _, b := range blocks {
+		if b.Type == typ {
+			return b
+		}
+	}
+	return nil
+}
+
+// found says which PEM blocks a file holds, for a message.
+func found(blocks []*pem.Block) string {
+	if len(blocks) == 0 {
+		return "no PEM data"
+	}
+	return strings.Join(types(blocks), ", ")
+}
+
+// names lists a certificate's subject alternative names.
+func names(c *x509.Certificate) []string {
+	ns := append([]string(nil), c.DNSNames...)
+	for _, ip := range c.IPAddresses {
+		ns = append(ns, ip.String())
+	}
+	return ns
+}
