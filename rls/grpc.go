@@ -1,6 +1,7 @@
 package rls
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"math"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
@@ -74,6 +76,15 @@ type GRPCOptions struct {
 	// MaxMessage is the largest request message, in bytes; a larger one is
 	// refused RESOURCE_EXHAUSTED. Default DefaultMaxMessage (1 MiB).
 	MaxMessage int
+	// TLS, when set, serves TLS with it (its GetConfigForClient may give
+	// another certificate to each new connection: a reloaded one); clear
+	// text otherwise. The handshake is bounded by the 5 s a new
+	// connection has for its preface.
+	TLS *tls.Config
+	// HandshakeFailed, when set, is called for each connection whose TLS
+	// handshake fails (a client without an acceptable certificate under
+	// mTLS, a scanner), for a metric.
+	HandshakeFailed func()
 }
 
 // GRPCServer serves a Service over gRPC: Envoy's RateLimitService (a
@@ -97,12 +108,34 @@ func NewGRPCServer(svc *Service, opts GRPCOptions) (*GRPCServer, error) {
 	if err != nil {
 		return nil, err
 	}
+	if opts.TLS != nil {
+		bounds = append(bounds, grpc.Creds(countedTLS{credentials.NewTLS(opts.TLS), opts.HandshakeFailed}))
+	}
 	srv := grpc.NewServer(append(bounds, ServerOption(), grpc.ConnectionTimeout(handshakeTimeout))...)
 	svc.Register(srv)
 	h := health.NewServer()
 	healthpb.RegisterHealthServer(srv, h)
 	calls.setMethods(srv.GetServiceInfo())
 	return &GRPCServer{srv: srv, health: h}, nil
+}
+
+// countedTLS is gRPC's TLS credentials, counting the failed server
+// handshakes.
+type countedTLS struct {
+	credentials.TransportCredentials
+	failed func()
+}
+
+func (c countedTLS) ServerHandshake(conn net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	nc, info, err := c.TransportCredentials.ServerHandshake(conn)
+	if err != nil && c.failed != nil {
+		c.failed()
+	}
+	return nc, info, err
+}
+
+func (c countedTLS) Clone() credentials.TransportCredentials {
+	return countedTLS{c.TransportCredentials.Clone(), c.failed}
 }
 
 // Serve accepts connections on ln until GracefulStop or Stop, and then

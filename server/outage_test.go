@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/logtest"
+	"github.com/sluicehq/sluice/internal/redisconfig"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/server"
 )
@@ -30,7 +31,7 @@ func serveRedis(t *testing.T, addr string, policy sluice.FailurePolicy, quota in
 	if err := os.WriteFile(filepath.Join(dir, "edge.yaml"), []byte(hourly), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s, err := server.New(server.Options{Load: server.EnvoyLoader(dir), Redis: addr, RedisPolicy: policy, RedisTimeout: redisTimeout(), KeyHMAC: keyHMAC, Logger: log,
+	s, err := server.New(server.Options{Load: server.EnvoyLoader(dir), Redis: &redisconfig.Connection{Addrs: []string{addr}}, RedisPolicy: policy, RedisTimeout: redisTimeout(), KeyHMAC: keyHMAC, Logger: log,
 		HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatalf("New with Redis %s: %v", addr, err)

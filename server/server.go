@@ -13,6 +13,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,6 +22,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -31,6 +33,8 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/admin"
 	"github.com/sluicehq/sluice/internal/filewatch"
+	"github.com/sluicehq/sluice/internal/redisconfig"
+	"github.com/sluicehq/sluice/internal/tlsconfig"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/redisstore"
@@ -72,9 +76,12 @@ type Options struct {
 	// Limiter, when set, decides (a store the caller opened and closes);
 	// otherwise the server opens Redis or the memory store.
 	Limiter sluice.Limiter
-	// Redis, when set, is the Redis address (several, comma-separated: a
-	// Cluster); the memory store otherwise.
-	Redis string
+	// Redis, when set, is how to reach Redis (addresses, AUTH, TLS,
+	// Sentinel); the memory store otherwise. New reads its secrets and
+	// TLS files, and refuses to start on a Redis that refuses them
+	// (redisstore.ErrMisconfigured), whatever the failure policy; a Redis
+	// that is not up yet is an outage the policies decide.
+	Redis *redisconfig.Connection
 	// RedisPolicy is what a limit decides when Redis cannot answer, unless
 	// its rule says otherwise (Loaded.FailurePolicies). Default
 	// sluice.FailOpen.
@@ -119,7 +126,29 @@ type Options struct {
 	// one closes (the HTTP listeners' timeouts and GRPCIdleTimeout free
 	// them). Default 10000.
 	MaxConnections int
+	// TLS, when its files are set, serves every listener (gRPC, HTTP,
+	// admin) over TLS, TLS 1.2 at least; the files are checked at start
+	// (a refusal names the file) and reloaded when they change or on
+	// SIGHUP, new connections getting the new certificate, connections
+	// open keeping theirs. With TLS.ClientCAFile, the listeners of
+	// ClientAuth require a client certificate that CA signed (mTLS).
+	TLS tlsconfig.Server
+	// SecretSources says where the secrets given as values (AdminToken,
+	// KeyHMAC) were kept — "admin_token": "file /run/secrets/token" — for
+	// GET /admin/config, which never shows a secret. Optional.
+	SecretSources map[string]string
+	// ClientAuth lists the listeners ("grpc", "http", "admin") that require
+	// a client certificate under TLS.ClientCAFile. Default: all three. A
+	// Kubernetes probe presents none: leave out the listener it probes.
+	ClientAuth []string
 }
+
+// Listener names, as ClientAuth takes them.
+const (
+	ListenerGRPC  = "grpc"
+	ListenerHTTP  = "http"
+	ListenerAdmin = "admin"
+)
 
 // Server is a decision service with its listeners bound and its store
 // open. Run serves until its context ends.
@@ -143,6 +172,8 @@ type Server struct {
 	watcher  *filewatch.Watcher // the configuration's files; nil when not watched
 	closers  []func() error
 	redis    *redisstore.Store // the Redis store the server opened; nil otherwise
+	// tls holds the listeners' certificate; nil: clear text.
+	tls *tlsconfig.Reloader
 }
 
 // loaded describes the configuration in force.
@@ -151,14 +182,63 @@ type loaded struct {
 	LoadedAt time.Time `json:"loaded_at"`
 }
 
+// description is what GET /admin/config answers: the configuration in
+// force (its version and when it was loaded) and the settings the server
+// started with — listeners and their certificate, the store and how it
+// reaches Redis, where each secret is kept — never a secret.
+type description struct {
+	loaded
+	Listeners map[string]listenerDesc `json:"listeners"`
+	// TLS describes the listeners' certificate; nil for clear text.
+	TLS     *tlsconfig.Stats  `json:"tls"`
+	Store   storeDesc         `json:"store"`
+	Secrets map[string]string `json:"secrets,omitempty"`
+}
+
+type listenerDesc struct {
+	Addr string `json:"addr"`
+	TLS  bool   `json:"tls"`
+	// ClientCertificates: "required" (mTLS) or "not asked", under TLS.
+	ClientCertificates string `json:"client_certificates,omitempty"`
+}
+
+type storeDesc struct {
+	Kind  string                   `json:"kind"`
+	Redis *redisconfig.Description `json:"redis,omitempty"`
+}
+
+// describe describes the server (see description).
+func (s *Server) describe() description {
+	d := description{loaded: *s.version.Load(), Listeners: map[string]listenerDesc{}, Secrets: s.opts.SecretSources, Store: storeDesc{Kind: "memory"}}
+	for name, addr := range map[string]string{ListenerGRPC: s.GRPCAddr(), ListenerHTTP: s.HTTPAddr(), ListenerAdmin: s.AdminAddr()} {
+		l := listenerDesc{Addr: addr, TLS: s.tls != nil}
+		if s.tls != nil {
+			l.ClientCertificates = "not asked"
+			if s.opts.clientAuth(name) {
+				l.ClientCertificates = "required"
+			}
+		}
+		d.Listeners[name] = l
+	}
+	if s.tls != nil {
+		st := s.tls.Stats()
+		d.TLS = &st
+	}
+	switch {
+	case s.opts.Limiter != nil:
+		d.Store.Kind = "given"
+	case s.opts.Redis != nil:
+		rd := s.opts.Redis.Describe(time.Now())
+		d.Store = storeDesc{Kind: "redis", Redis: &rd}
+	}
+	return d
+}
+
 // New loads the configuration (refusing to start on a bad one), opens the
 // store and binds the listeners.
 func New(opts Options) (*Server, error) {
-	if opts.Load == nil {
-		return nil, errors.New("server: Options.Load is required")
-	}
-	if len(opts.KeyHMAC) > 0 && (opts.Redis == "" || opts.Limiter != nil) {
-		return nil, errors.New("server: Options.KeyHMAC hashes the keys of the Redis the server opens: give Options.Redis (and no Limiter)")
+	if err := opts.check(); err != nil {
+		return nil, err
 	}
 	s := &Server{opts: opts, log: opts.Logger}
 	if s.log == nil {
@@ -182,6 +262,21 @@ func New(opts Options) (*Server, error) {
 	if s.reloads, err = s.metrics.RegisterReloads(); err != nil {
 		return nil, err
 	}
+	var handshakeFailed func()
+	if opts.TLS.Enabled() {
+		if s.tls, err = tlsconfig.NewReloader(opts.TLS, tlsconfig.ReloaderOptions{Name: "serve", Logger: s.log, Watch: true}); err != nil {
+			return nil, fmt.Errorf("server: TLS: %w", err)
+		}
+		s.closers = append(s.closers, s.tls.Close)
+		h, err := s.metrics.RegisterTLS("serve", func() metrics.TLSStats {
+			st := s.tls.Stats()
+			return metrics.TLSStats{NotAfter: st.Summary.NotAfter, Reloads: st.Reloads, Refused: st.Refused}
+		})
+		if err != nil {
+			return nil, err
+		}
+		handshakeFailed = h.Failed
+	}
 	limiter, err := s.openStore()
 	if err != nil {
 		return nil, err
@@ -193,36 +288,74 @@ func New(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	if s.tls != nil {
+		grpcOpts.TLS, grpcOpts.HandshakeFailed = s.tls.Config(opts.clientAuth(ListenerGRPC), "h2"), handshakeFailed
+	}
 	if s.grpc, err = rls.NewGRPCServer(s.svc, grpcOpts); err != nil {
 		return nil, err
 	}
 	s.http = &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
 		WriteTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 16 << 10,
-		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
+		ErrorLog: tlsconfig.HTTPErrorLog(s.log, ListenerHTTP, handshakeFailed)}
 	s.admin = &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
-		WriteTimeout: 2 * time.Minute, MaxHeaderBytes: 16 << 10} // a CPU profile takes its seconds
-	if s.grpcLn, err = listen(opts.GRPCAddr, DefaultGRPCAddr, opts.maxConnections()); err != nil {
+		WriteTimeout: 2 * time.Minute, MaxHeaderBytes: 16 << 10, // a CPU profile takes its seconds
+		ErrorLog: tlsconfig.HTTPErrorLog(s.log, ListenerAdmin, handshakeFailed)}
+	if s.grpcLn, err = s.listen(opts.GRPCAddr, DefaultGRPCAddr, ""); err != nil { // gRPC's credentials do its TLS
 		return nil, err
 	}
-	if s.httpLn, err = listen(opts.HTTPAddr, DefaultHTTPAddr, opts.maxConnections()); err != nil {
+	if s.httpLn, err = s.listen(opts.HTTPAddr, DefaultHTTPAddr, ListenerHTTP); err != nil {
 		return nil, err
 	}
-	if s.adminLn, err = listen(opts.AdminAddr, DefaultAdminAddr, opts.maxConnections()); err != nil {
+	if s.adminLn, err = s.listen(opts.AdminAddr, DefaultAdminAddr, ListenerAdmin); err != nil {
 		return nil, err
 	}
 	ok = true
 	return s, nil
 }
 
-// listen binds addr (def when empty), holding at most max connections at
-// once.
-func listen(addr, def string, max int) (net.Listener, error) {
+// check refuses options that cannot work together, before anything is
+// read or opened.
+func (o Options) check() error {
+	if o.Load == nil {
+		return errors.New("server: Options.Load is required")
+	}
+	if len(o.KeyHMAC) > 0 && (o.Redis == nil || o.Limiter != nil) {
+		return errors.New("server: Options.KeyHMAC hashes the keys of the Redis the server opens: give Options.Redis (and no Limiter)")
+	}
+	if err := o.TLS.Validate(); err != nil {
+		return fmt.Errorf("server: TLS: %w", err)
+	}
+	for _, l := range o.ClientAuth {
+		if l != ListenerGRPC && l != ListenerHTTP && l != ListenerAdmin {
+			return fmt.Errorf("server: Options.ClientAuth: %q: grpc, http or admin", l)
+		}
+	}
+	if len(o.ClientAuth) > 0 && o.TLS.ClientCAFile == "" {
+		return errors.New("server: Options.ClientAuth needs TLS.ClientCAFile, the CA of the client certificates")
+	}
+	return nil
+}
+
+// clientAuth reports whether listener requires client certificates.
+func (o Options) clientAuth(listener string) bool {
+	return o.TLS.ClientCAFile != "" && (len(o.ClientAuth) == 0 || slices.Contains(o.ClientAuth, listener))
+}
+
+// listen binds addr (def when empty), holding at most MaxConnections at
+// once, over TLS for an HTTP listener (named by tlsFor) when the server
+// has TLS. The handshake happens in the HTTP server, bounded by its
+// timeouts.
+func (s *Server) listen(addr, def, tlsFor string) (net.Listener, error) {
 	a := or(addr, def)
 	ln, err := net.Listen("tcp", a)
 	if err != nil {
 		return nil, fmt.Errorf("server: listen %s: %w", a, err)
 	}
-	return netutil.LimitListener(ln, max), nil
+	ln = netutil.LimitListener(ln, s.opts.maxConnections())
+	if s.tls != nil && tlsFor != "" {
+		ln = tls.NewListener(ln, s.tls.Config(s.opts.clientAuth(tlsFor), "http/1.1"))
+	}
+	return ln, nil
 }
 
 func or(a, b string) string {
@@ -236,7 +369,7 @@ func (s *Server) openStore() (sluice.Limiter, error) {
 	if s.opts.Limiter != nil {
 		return s.opts.Limiter, nil
 	}
-	if s.opts.Redis == "" {
+	if s.opts.Redis == nil {
 		m, err := memstore.New(memstore.Options{})
 		if err != nil {
 			return nil, fmt.Errorf("server: memory store: %w", err)
@@ -244,11 +377,16 @@ func (s *Server) openStore() (sluice.Limiter, error) {
 		s.closers = append(s.closers, m.Close)
 		return m, s.metrics.RegisterMemory(func() metrics.MemoryStats { return metrics.MemoryStats(m.Stats()) })
 	}
-	// Connected in the background: a Redis down at start is an outage
-	// the policies decide, until it appears.
-	conn, err := redisstore.Dial(redisstore.DialOptions{Addrs: strings.Split(s.opts.Redis, ",")})
+	dial, err := s.opts.Redis.DialOptions(time.Now())
 	if err != nil {
-		return nil, fmt.Errorf("server: redis %s: %w", s.opts.Redis, err)
+		return nil, fmt.Errorf("server: redis %w", err)
+	}
+	// Connected in the background: a Redis down at start is an outage
+	// the policies decide, until it appears; one that refuses the
+	// configuration is a start failure.
+	conn, err := redisstore.Dial(dial)
+	if err != nil {
+		return nil, fmt.Errorf("server: %w", err)
 	}
 	s.closers = append(s.closers, conn.Close)
 	st, err := redisstore.New(redisstore.Options{Client: conn, Policy: s.opts.RedisPolicy, Timeout: s.opts.RedisTimeout, KeyHMAC: s.opts.KeyHMAC, Logger: s.log,
@@ -334,7 +472,7 @@ func (s *Server) install(l Loaded) {
 // a watched path changes, then drains: no new calls, calls in flight finish
 // within the shutdown timeout. It returns nil after a graceful shutdown.
 func (s *Server) Run(ctx context.Context, hup <-chan struct{}) error {
-	s.log.Info("serving", "grpc", s.GRPCAddr(), "http", s.HTTPAddr(), "admin", s.AdminAddr(), "version", s.Version())
+	s.log.Info("serving", "grpc", s.GRPCAddr(), "http", s.HTTPAddr(), "admin", s.AdminAddr(), "tls", s.tls != nil, "version", s.Version())
 	errs := make(chan error, 3)
 	go func() { errs <- s.grpc.Serve(s.grpcLn) }()
 	go func() { errs <- s.http.Serve(s.httpLn) }()
@@ -445,7 +583,7 @@ func (s *Server) adminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /admin/config", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(s.version.Load())
+		_ = json.NewEncoder(w).Encode(s.describe())
 	})
 	mux.HandleFunc("POST /admin/reload", func(w http.ResponseWriter, _ *http.Request) {
 		if err := s.Reload(); err != nil {
@@ -521,4 +659,52 @@ func writeAdminError(w http.ResponseWriter, err error) {
 	default:
 		writeJSONError(w, http.StatusServiceUnavailable, err.Error())
 	}
+}
+
+// Checked is what Check found: the configuration's version and what the
+// TLS files and the Redis settings hold.
+type Checked struct {
+	Version string
+	// TLS describes the listeners' certificate; nil for clear text.
+	TLS *tlsconfig.Summary
+	// Redis describes the Redis connection; nil for the memory store.
+	Redis *redisconfig.Description
+}
+
+// Check runs the checks New runs, without binding a listener, connecting
+// to Redis or watching a file: the options, the configuration (Load), the
+// gRPC bounds, the TLS files (read and checked: a certificate and its key
+// that match, valid now, a client CA that parses) and the Redis settings
+// (their secrets and TLS files read). A configuration Check accepts fails
+// New only on what the machine decides at that moment (an address in use,
+// a Redis that refuses the credentials, a file changed in between).
+// sluice check runs it.
+func Check(opts Options) (Checked, error) {
+	if err := opts.check(); err != nil {
+		return Checked{}, err
+	}
+	l, err := opts.Load()
+	if err != nil {
+		return Checked{}, err
+	}
+	c := Checked{Version: l.Version}
+	if _, err := opts.grpcOptions(); err != nil {
+		return Checked{}, err
+	}
+	now := time.Now()
+	if opts.TLS.Enabled() {
+		sum, err := opts.TLS.Check(now)
+		if err != nil {
+			return Checked{}, fmt.Errorf("server: TLS: %w", err)
+		}
+		c.TLS = &sum
+	}
+	if opts.Redis != nil && opts.Limiter == nil {
+		if _, err := opts.Redis.DialOptions(now); err != nil {
+			return Checked{}, fmt.Errorf("server: redis %w", err)
+		}
+		d := opts.Redis.Describe(now)
+		c.Redis = &d
+	}
+	return c, nil
 }

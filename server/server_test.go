@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/redisconfig"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/rls"
@@ -507,7 +508,7 @@ descriptors:
 	if err := os.WriteFile(filepath.Join(dir, "edge.yaml"), []byte(file), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s, err := server.New(server.Options{Load: server.EnvoyLoader(dir), Redis: redis.Addr(), RedisTimeout: redisTimeout(), HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0"})
+	s, err := server.New(server.Options{Load: server.EnvoyLoader(dir), Redis: &redisconfig.Connection{Addrs: []string{redis.Addr()}}, RedisTimeout: redisTimeout(), HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,7 +32,8 @@ func isYAML(base string) bool {
 	return strings.HasSuffix(base, ".yaml") || strings.HasSuffix(base, ".yml")
 }
 
-// watch reloads on hup and when a watched path changes, until ctx ends.
+// watch reloads the configuration on hup and when a watched path
+// changes, and the TLS files on hup and when they change, until ctx ends.
 func (s *Server) watch(ctx context.Context, hup <-chan struct{}) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -41,12 +42,18 @@ func (s *Server) watch(ctx context.Context, hup <-chan struct{}) {
 			s.watcher.Run(ctx, func() { _ = s.Reload() }, func(err error) { s.log.Warn("watching the configuration", "err", err) })
 		})
 	}
+	if s.tls != nil {
+		wg.Go(func() { s.tls.Run(ctx) })
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-hup:
 			_ = s.Reload()
+			if s.tls != nil {
+				_ = s.tls.Reload()
+			}
 		}
 	}
 }

@@ -34,7 +34,7 @@ func TestAddresses(t *testing.T) {
 			t.Errorf("listen %q: %v\nwant an error containing %q", c.addr, err, c.want)
 		}
 		_, err = config.Parse("bad.yaml", []byte(file("'127.0.0.1:0'", c.addr)))
-		if want := strings.Replace(c.want, "listen", "redis address", 1); err == nil || !strings.Contains(err.Error(), want) {
+		if want := strings.Replace(c.want, "listen", "redis addrs[0]:", 1); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("redis %q: %v\nwant an error containing %q", c.addr, err, want)
 		}
 	}

@@ -12,6 +12,11 @@
 // A complete file, every field shown with its default:
 //
 //	listen: 127.0.0.1:8080          # the gateway's listener
+//	tls:                            # TLS on the gateway's listener (absent: clear text); the files are reloaded when they change
+//	  cert_file: ""                 # the certificate (and intermediates), PEM
+//	  key_file: ""                  # its key, PEM, not encrypted
+//	  client_ca_file: ""            # set: clients must present a certificate this CA signed (mTLS)
+//	  min_version: "1.2"            # or "1.3"
 //	upstream: ""                    # the gateway's upstream URL (or --upstream)
 //	server:                         # the gateway's listener: bounds for slow and idle clients
 //	  read_header_timeout: 10s      # a request's headers must have arrived (slowloris)
@@ -23,15 +28,34 @@
 //	admin:
 //	  listen: 127.0.0.1:9090        # /metrics, and /admin/* behind the token
 //	  token_file: ""                # a file holding the admin token; no token: /admin/* is off
+//	  token_env: ""                 # or an environment variable holding it
+//	  tls: {}                       # TLS on the admin listener: the fields of tls: above
 //	store:
 //	  kind: memory                  # memory or redis
 //	  memory:
 //	    max_keys: 1000000           # states held at most (~56 bytes each); at least 1
 //	  redis:
 //	    addrs: [127.0.0.1:6379]     # several: a Cluster
+//	    username: ""                # an ACL user (Redis 6+); needs a password
+//	    password_file: ""           # a file holding Redis's password
+//	    password_env: ""            # or an environment variable holding it
+//	    db: 0                       # a single node's database
+//	    tls:                        # absent: clear text; tls: {} for the system's roots
+//	      ca_file: ""               # the CA that signed Redis's certificate
+//	      cert_file: ""             # a client certificate, for tls-auth-clients yes
+//	      key_file: ""
+//	      server_name: ""           # default: the host dialled
+//	    sentinel:                   # absent: addrs is Redis; present: the Sentinels find the master
+//	      master: ""                # its name under the Sentinels
+//	      addrs: []                 # the Sentinels (port 26379)
+//	      username: ""              # the Sentinels' own AUTH, when they ask for one
+//	      password_file: ""
+//	      password_env: ""
+//	    connect_timeout: 1s         # one connection attempt: dial, TLS, AUTH
 //	    prefix: sluice              # at most 64 bytes, no { or }
 //	    key_hmac_file: ""           # a file holding a secret: keys are HMAC'd before Redis
-//	    timeout: 50ms
+//	    key_hmac_env: ""            # or an environment variable holding it
+//	    timeout: 50ms               # each command; past it the limit's on_failure decides
 //	    instances: 1                # processes sharing the limits (fail_local divides by it)
 //	    deny_cache: 0
 //	headers:
@@ -86,6 +110,9 @@ import (
 	"github.com/sluicehq/sluice/clientip"
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/internal/configfile"
+	"github.com/sluicehq/sluice/internal/redisconfig"
+	"github.com/sluicehq/sluice/internal/secret"
+	"github.com/sluicehq/sluice/internal/tlsconfig"
 )
 
 // MaxFileSize bounds a configuration file.
@@ -95,16 +122,17 @@ const MaxFileSize = configfile.MaxFileSize
 // its defaults filled in, validated. A File is not modified by the
 // gateway; it is safe to share once parsed.
 type File struct {
-	Listen   string   `yaml:"listen"`
-	Upstream string   `yaml:"upstream"`
-	Admin    Admin    `yaml:"admin"`
-	Server   Server   `yaml:"server"`
-	Store    Store    `yaml:"store"`
-	Headers  Headers  `yaml:"headers"`
-	ClientIP ClientIP `yaml:"client_ip"`
-	Request  Request  `yaml:"request"`
-	Limits   []Limit  `yaml:"limits"`
-	Rules    []Rule   `yaml:"rules"`
+	Listen   string           `yaml:"listen"`
+	TLS      tlsconfig.Server `yaml:"tls"`
+	Upstream string           `yaml:"upstream"`
+	Admin    Admin            `yaml:"admin"`
+	Server   Server           `yaml:"server"`
+	Store    Store            `yaml:"store"`
+	Headers  Headers          `yaml:"headers"`
+	ClientIP ClientIP         `yaml:"client_ip"`
+	Request  Request          `yaml:"request"`
+	Limits   []Limit          `yaml:"limits"`
+	Rules    []Rule           `yaml:"rules"`
 
 	name string     // the file's name, for messages
 	root *yaml.Node // the document, for line numbers
@@ -112,9 +140,17 @@ type File struct {
 
 // Admin is the operator's listener.
 type Admin struct {
-	Listen    string `yaml:"listen"`
+	Listen string `yaml:"listen"`
+	// TokenFile and TokenEnv say where the admin token is kept (one of
+	// them; neither: the admin API is off).
 	TokenFile string `yaml:"token_file"`
+	TokenEnv  string `yaml:"token_env"`
+	// TLS is the admin listener's.
+	TLS tlsconfig.Server `yaml:"tls"`
 }
+
+// Token is where the admin token is kept.
+func (a Admin) Token() secret.Source { return secret.Source{File: a.TokenFile, Env: a.TokenEnv} }
 
 // Server bounds the gateway's public listener, so that slow and idle
 // clients cannot hold it: each timeout closes the connection that
@@ -220,15 +256,20 @@ type Memory struct {
 	MaxKeys *int `yaml:"max_keys"`
 }
 
-// Redis configures the Redis store.
+// Redis configures the Redis store: its connection (the shape every
+// sluice file shares) and the store's own options.
 type Redis struct {
-	Addrs       []string `yaml:"addrs"`
-	Prefix      string   `yaml:"prefix"`
-	KeyHMACFile string   `yaml:"key_hmac_file"`
-	Timeout     Duration `yaml:"timeout"`
-	Instances   int      `yaml:"instances"`
-	DenyCache   int      `yaml:"deny_cache"`
+	redisconfig.Connection `yaml:",inline"`
+	Prefix                 string   `yaml:"prefix"`
+	KeyHMACFile            string   `yaml:"key_hmac_file"`
+	KeyHMACEnv             string   `yaml:"key_hmac_env"`
+	Timeout                Duration `yaml:"timeout"`
+	Instances              int      `yaml:"instances"`
+	DenyCache              int      `yaml:"deny_cache"`
 }
+
+// KeyHMAC is where the key HMAC secret is kept.
+func (r Redis) KeyHMAC() secret.Source { return secret.Source{File: r.KeyHMACFile, Env: r.KeyHMACEnv} }
 
 // Headers selects the rate-limit fields of responses.
 type Headers struct {
@@ -368,40 +409,9 @@ type Quota struct {
 	ChargeHeader string  `yaml:"charge_header"`
 }
 
-// Duration is a time.Duration written as Go writes one: "50ms", "1m30s",
-// "2h" (units ns, us or µs, ms, s, m, h).
-type Duration time.Duration
-
-// UnmarshalYAML reads a duration; anything else is an error that shows
-// how to write one.
-func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
-	if n.Kind != yaml.ScalarNode {
-		return fmt.Errorf("a duration is expected, not %s: %s", describe(n), durationHelp)
-	}
-	v, err := time.ParseDuration(n.Value)
-	if err != nil {
-		return fmt.Errorf("%q: not a duration; %s", n.Value, durationHint(n.Value))
-	}
-	*d = Duration(v)
-	return nil
-}
-
-// durationHelp is how to write a duration.
-const durationHelp = "write it as 50ms, 1s, 1m30s or 2h (units: ns, us, ms, s, m, h)"
-
-// durationHint is durationHelp, with what a common mistake meant.
-func durationHint(v string) string {
-	v = strings.TrimSpace(v)
-	if n, ok := strings.CutSuffix(v, "d"); ok {
-		if _, err := strconv.ParseUint(n, 10, 16); err == nil {
-			return durationHelp + "; a day is 24h"
-		}
-	}
-	if _, err := strconv.ParseFloat(v, 64); err == nil {
-		return durationHelp + "; a number needs its unit"
-	}
-	return durationHelp
-}
+// Duration is a time.Duration written as Go writes one ("50ms", "1m30s",
+// "2h"): configfile.Duration, shared by sluice's YAML files.
+type Duration = configfile.Duration
 
 // Defaults.
 const (
@@ -424,8 +434,8 @@ func (f *File) defaults() {
 		n := DefaultMaxKeys
 		f.Store.Memory.MaxKeys = &n
 	}
-	if f.Store.Kind == "redis" && len(f.Store.Redis.Addrs) == 0 {
-		f.Store.Redis.Addrs = []string{"127.0.0.1:6379"}
+	if f.Store.Kind == "redis" && len(f.Store.Redis.Addrs) == 0 && f.Store.Redis.Sentinel == nil {
+		f.Store.Redis.Addrs = []string{redisconfig.DefaultAddr}
 	}
 	if f.Headers.Version == "" {
 		f.Headers.Version = "draft-11"
@@ -449,6 +459,17 @@ func (f *File) validate() error {
 	if _, port, _ := net.SplitHostPort(f.Listen); f.Admin.Listen == f.Listen && port != "0" {
 		return f.errAt([]any{"admin", "listen"}, "admin listen %q: the gateway's own listen address; give the admin another port", f.Admin.Listen)
 	}
+	for _, l := range []struct {
+		at  string
+		tls tlsconfig.Server
+	}{{"tls", f.TLS}, {"admin.tls", f.Admin.TLS}} {
+		if err := l.tls.Validate(); err != nil {
+			return f.ErrorAt(l.at+"."+tlsconfig.FieldOf(err), fmt.Errorf("%s %w", strings.ReplaceAll(l.at, ".", " "), err))
+		}
+	}
+	if f.Admin.TokenFile != "" && f.Admin.TokenEnv != "" {
+		return f.errAt([]any{"admin", "token_env"}, "admin: give the token in a file (token_file) or a variable (token_env), not both")
+	}
 	if f.Upstream != "" {
 		if err := CheckUpstream(f.Upstream); err != nil {
 			return f.errAt([]any{"upstream"}, "%v", err)
@@ -461,10 +482,11 @@ func (f *File) validate() error {
 		}
 	case "redis":
 		r := f.Store.Redis
-		for i, a := range r.Addrs {
-			if err := configfile.CheckAddr(a); err != nil {
-				return f.errAt([]any{"store", "redis", "addrs", i}, "redis address %q: %v", a, err)
-			}
+		if err := r.Connection.Validate(); err != nil {
+			return f.RedisError(err)
+		}
+		if r.KeyHMACFile != "" && r.KeyHMACEnv != "" {
+			return f.errAt([]any{"store", "redis", "key_hmac_env"}, "redis: give the key HMAC secret in a file (key_hmac_file) or a variable (key_hmac_env), not both")
 		}
 		if r.Timeout < 0 || r.Instances < 0 || r.DenyCache < 0 {
 			return f.errAt([]any{"store", "redis"}, "timeout, instances and deny_cache must not be negative")
@@ -565,6 +587,17 @@ func (f *File) validate() error {
 		}
 	}
 	return nil
+}
+
+// RedisError is an error of the Redis connection's settings
+// (redisconfig), at the line of its field under store.redis; other errors
+// at store.redis's line.
+func (f *File) RedisError(err error) error {
+	var fe *redisconfig.FieldError
+	if errors.As(err, &fe) {
+		return f.ErrorAt("store.redis."+strings.Join(fe.Path, "."), fmt.Errorf("redis %w", fe))
+	}
+	return f.ErrorAt("store.redis", err)
 }
 
 // HTTPRules are the rules as httplimit rules, for a validated File. A

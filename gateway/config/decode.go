@@ -10,6 +10,7 @@ import (
 	"math"
 	"os"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/configfile"
+	"github.com/sluicehq/sluice/internal/secret"
 )
 
 // Load reads and validates the file at path. A file that cannot be read,
@@ -220,6 +222,11 @@ func (w *walker) mapping(n *yaml.Node, t reflect.Type, key, where string) error 
 // one (at most two edits away, or one that it begins, but for its last
 // byte) or, failing one, every field there is.
 func unknownField(name string, t reflect.Type, names []string) string {
+	if s, ok := inlineSecrets[name]; ok {
+		if slices.Contains(names, s[0]) {
+			return secret.Inline(name, s[0], s[1]).Error()
+		}
+	}
 	if t == reflect.TypeFor[File]() && (name == "domain" || name == "descriptors") {
 		return fmt.Sprintf("unknown field %q: this looks like a decision-service configuration (sluice serve --config), in envoyproxy/ratelimit's format; the gateway's file has listen, upstream, store, limits and rules", name)
 	}
@@ -238,6 +245,15 @@ func unknownField(name string, t reflect.Type, names []string) string {
 		return fmt.Sprintf("unknown field %q (did you mean %q?)", short(name), best)
 	}
 	return fmt.Sprintf("unknown field %q (the fields here: %s)", short(name), strings.Join(names, ", "))
+}
+
+// inlineSecrets are the fields a secret would be written in, and the two
+// that take it instead: refused with the reason, never with the value.
+var inlineSecrets = map[string][2]string{
+	"password": {"password_file", "password_env"},
+	"token":    {"token_file", "token_env"},
+	"key_hmac": {"key_hmac_file", "key_hmac_env"},
+	"secret":   {"token_file", "token_env"},
 }
 
 // commonPrefix is the length of the prefix a and b share.
@@ -271,12 +287,21 @@ func distance(a, b string) int {
 	return prev[len(b)]
 }
 
-// schema lists the YAML fields of a struct type, in their order.
+// schema lists the YAML fields of a struct type, in their order, those
+// of an inlined struct (yaml:",inline") in its place.
 func schema(t reflect.Type) (map[string]reflect.Type, []string) {
 	fields := map[string]reflect.Type{}
 	var names []string
 	for sf := range t.Fields() {
-		name, _, _ := strings.Cut(sf.Tag.Get("yaml"), ",")
+		name, opts, _ := strings.Cut(sf.Tag.Get("yaml"), ",")
+		if opts == "inline" && sf.Type.Kind() == reflect.Struct {
+			inner, innerNames := schema(sf.Type)
+			for _, n := range innerNames {
+				fields[n] = inner[n]
+			}
+			names = append(names, innerNames...)
+			continue
+		}
 		if !sf.IsExported() || name == "" || name == "-" {
 			continue
 		}
@@ -316,7 +341,7 @@ func (w *walker) leaf(n *yaml.Node, t reflect.Type, key, where string) error {
 	}
 	switch t {
 	case durationType:
-		return w.f.errNode(n, "%s%s %q: not a duration; %s", where, key, short(n.Value), durationHint(n.Value))
+		return w.f.errNode(n, "%s%s %q: not a duration; %s", where, key, short(n.Value), configfile.DurationHint(n.Value))
 	case failurePolicyType:
 		return w.f.errNode(n, "%s%s %q: %s", where, key, short(n.Value), expected(t, key))
 	}

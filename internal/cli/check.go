@@ -1,11 +1,16 @@
 package cli
 
 import (
+	"log/slog"
+	"strings"
+
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"regexp"
+
+	"github.com/spf13/pflag"
 
 	"github.com/spf13/cobra"
 	"go.yaml.in/yaml/v3"
@@ -16,12 +21,18 @@ import (
 
 func newCheckCmd() *cobra.Command {
 	var path string
+	var serve serveFlags
 	cmd := &cobra.Command{
-		Use:   "check FILE|DIR",
+		Use:   "check FILE|DIR [serve's flags]",
 		Short: "validate a configuration file (of sluice serve or sluice gateway)",
 		Long: `Validates a configuration without serving it, and says whose it is: sluice serve's
 (envoyproxy/ratelimit's format: a file with a top-level domain, or a directory of them) or
-sluice gateway's. Exits 1, with the file, the line and the reason, if it is not valid.`,
+sluice gateway's. Everything a start would check is checked, but for binding the listeners
+and connecting to Redis: the files the configuration names (TLS certificates, keys and CAs:
+readable, a certificate and its key that match, valid now; secret files and variables), and,
+for sluice serve, the flags serve would be started with, given here the same way. What the
+certificates and the Redis connection say is printed, with warnings (a certificate that
+expires within 14 days). Exits 1, with the file, the line and the reason, if it is not valid.`,
 		GroupID: groupTools,
 		Args: func(_ *cobra.Command, args []string) error {
 			switch {
@@ -39,7 +50,17 @@ sluice gateway's. Exits 1, with the file, the line and the reason, if it is not 
 			if path == "" {
 				return usagef("a file to check is needed: sluice check FILE (or --config FILE)")
 			}
-			summary, err := check(path)
+			var summary string
+			var err error
+			if isEnvoyConfig(path) {
+				serve.config = path
+				summary, err = checkServe(&serve)
+			} else {
+				if name := changedServeFlag(c.Flags()); name != "" {
+					return usagef("--%s is sluice serve's flag: %s is the gateway's file, which holds its own TLS, Redis and secret settings", name, path)
+				}
+				summary, err = checkGateway(path)
+			}
 			if err != nil {
 				return err
 			}
@@ -48,23 +69,53 @@ sluice gateway's. Exits 1, with the file, the line and the reason, if it is not 
 		},
 	}
 	cmd.Flags().StringVar(&path, "config", "", "the configuration `FILE` or directory to check (default: the argument)")
+	serve.register(cmd.Flags())
 	return cmd
 }
 
-// check validates the configuration at path, serve's or the gateway's, and
-// describes it in a line.
-func check(path string) (string, error) {
-	if !isEnvoyConfig(path) {
-		return checkGateway(path)
-	}
-	files, err := server.ConfigFiles(path)
-	if err == nil {
-		_, err = server.EnvoyLoader(path)()
-	}
+// changedServeFlag names a flag of serve's that was given, "" for none.
+func changedServeFlag(fs *pflag.FlagSet) string {
+	name := ""
+	fs.Visit(func(f *pflag.Flag) {
+		if f.Name != "config" && name == "" {
+			name = f.Name
+		}
+	})
+	return name
+}
+
+// checkServe validates a decision-service configuration and the flags
+// serve would start with (server.Check), and describes them: a line, then
+// one per TLS certificate and Redis connection.
+func checkServe(f *serveFlags) (string, error) {
+	opts, err := f.options(slog.New(slog.DiscardHandler))
 	if err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("%s: ok (envoyproxy/ratelimit format, %d file(s), for sluice serve)", path, len(files)), nil
+	checked, err := server.Check(opts)
+	if err != nil {
+		return "", err
+	}
+	files, err := server.ConfigFiles(f.config)
+	if err != nil {
+		return "", err
+	}
+	lines := []string{fmt.Sprintf("%s: ok (envoyproxy/ratelimit format, %d file(s), for sluice serve)", f.config, len(files))}
+	if checked.TLS != nil {
+		auth := "client certificates: not asked"
+		if opts.TLS.ClientCAFile != "" {
+			on := opts.ClientAuth
+			if len(on) == 0 {
+				on = []string{server.ListenerGRPC, server.ListenerHTTP, server.ListenerAdmin}
+			}
+			auth = "client certificates: required on " + strings.Join(on, ", ")
+		}
+		lines = append(lines, "  tls (grpc, http, admin): "+checked.TLS.String(), "  "+auth)
+	}
+	if checked.Redis != nil {
+		lines = append(lines, "  redis: "+checked.Redis.String())
+	}
+	return strings.Join(lines, "\n"), nil
 }
 
 // isEnvoyConfig tells the decision service's files (envoyproxy/ratelimit's

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // helpWidth is the width the flags' descriptions are wrapped to.
@@ -24,7 +25,7 @@ func writeHelp(w io.Writer, c *cobra.Command) {
 	}
 	writeCommands(&b, c)
 	if c.HasAvailableLocalFlags() {
-		fmt.Fprintf(&b, "\nFlags:\n%s", c.LocalFlags().FlagUsagesWrapped(helpWidth))
+		fmt.Fprintf(&b, "\nFlags:\n%s", flagUsages(c.LocalFlags()))
 	}
 	if c.HasAvailableInheritedFlags() {
 		fmt.Fprintf(&b, "\nGlobal flags:\n%s", c.InheritedFlags().FlagUsagesWrapped(helpWidth))
@@ -108,4 +109,35 @@ func newHelpCmd(root *cobra.Command) *cobra.Command {
 			return c.Help()
 		},
 	}
+}
+
+// flagUsages lists fs's flags, under the titles of their groups (see
+// inGroup) when they have some, in groupOrder; flags of no group come
+// first.
+func flagUsages(fs *pflag.FlagSet) string {
+	order := []string{""}
+	groups := map[string]*pflag.FlagSet{}
+	fs.VisitAll(func(f *pflag.Flag) {
+		g := ""
+		if a := f.Annotations[groupAnnotation]; len(a) > 0 {
+			g = a[0]
+		}
+		if groups[g] == nil {
+			groups[g] = pflag.NewFlagSet(g, pflag.ContinueOnError)
+		}
+		groups[g].AddFlag(f)
+	})
+	if len(groups) == 1 && groups[""] != nil {
+		return fs.FlagUsagesWrapped(helpWidth)
+	}
+	var b strings.Builder
+	for _, name := range append(order, groupOrder...) {
+		if g := groups[name]; g != nil {
+			if name != "" {
+				fmt.Fprintf(&b, "\n%s:\n", name)
+			}
+			b.WriteString(g.FlagUsagesWrapped(helpWidth))
+		}
+	}
+	return b.String()
 }

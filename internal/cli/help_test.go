@@ -94,7 +94,9 @@ func TestRootHelp(t *testing.T) {
 // non-zero one; the help text says a zero one) or says it is required.
 func TestFlagsNameTheirDefault(t *testing.T) {
 	t.Parallel()
-	flagLine := regexp.MustCompile(`^  (-\w, )?\s*--([a-z-]+)`)
+	// A flag's line starts "  -x, --name" or "      --name"; a description
+	// wrapped onto a line that starts with a flag's name is indented more.
+	flagLine := regexp.MustCompile(`^  (-\w, |    )--([a-z-]+)`)
 	for _, cmd := range []string{"serve", "gateway", "check", "try"} {
 		_, out, _ := run(cmd, "--help")
 		_, flags, _ := strings.Cut(out, "\nFlags:\n")
@@ -196,7 +198,7 @@ func TestUsageErrorFirstLine(t *testing.T) {
 		{[]string{"serve", "--config"}, "sluice serve: flag needs an argument: --config", "sluice serve"},
 		{[]string{"serve", "--config", dir, "--max-connections", "many"}, `sluice serve: --max-connections "many": not a whole number`, "sluice serve"},
 		{[]string{"serve", "--config", dir, "--on-redis-failure", "retry"}, `sluice serve: --on-redis-failure: unknown failure policy "retry": want fail_open, fail_closed or fail_local`, "sluice serve"},
-		{[]string{"serve", "--config", dir, "--key-hmac-file", "k"}, "sluice serve: --key-hmac-file hashes the keys sent to Redis: give --redis too", "sluice serve"},
+		{[]string{"serve", "--config", dir, "--key-hmac-file", "k"}, "sluice serve: --key-hmac-file configures the Redis connection: give --redis (or --redis-sentinel-master) too", "sluice serve"},
 		{[]string{"serve", "--config", dir, "--max-connections", "0"}, "sluice serve: --max-connections 0: at least 1 (a bound cannot be switched off)", "sluice serve"},
 		{[]string{"gateway"}, "sluice gateway: --config is required: the gateway's YAML configuration file", "sluice gateway"},
 		{[]string{"gateway", "--config", "x.yaml", "y.yaml"}, `sluice gateway: unexpected argument "y.yaml" (this command takes flags only)`, "sluice gateway"},

@@ -2,21 +2,19 @@ package cli
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
 	"math"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/configfile"
-	"github.com/sluicehq/sluice/internal/secret"
 	"github.com/sluicehq/sluice/rls"
 	"github.com/sluicehq/sluice/server"
 )
@@ -25,13 +23,13 @@ import (
 type serveFlags struct {
 	config                           string
 	httpAddr, grpcAddr, adminAddr    string
-	redis                            string
 	onRedisFailure                   sluice.FailurePolicy
-	keyHMACFile, adminTokenFile      string
 	maxDescriptors, maxConnections   int
 	grpcMaxStreams                   int
 	grpcIdleTimeout, grpcCallTimeout time.Duration
 	responseHeaders                  bool
+	conn                             connFlags
+	fs                               *pflag.FlagSet
 }
 
 func newServeCmd() *cobra.Command {
@@ -50,23 +48,33 @@ drains and stops on SIGINT or SIGTERM. Check a configuration first with sluice c
 			return f.run(c.Context(), c.ErrOrStderr())
 		},
 	}
-	fs := cmd.Flags()
-	fs.StringVar(&f.config, "config", "", "the `FILE|DIR` of the rate limit configuration: an envoyproxy/ratelimit YAML file (with a top-level domain) or a directory of them (required)")
+	f.register(cmd.Flags())
+	_ = cmd.RegisterFlagCompletionFunc("on-redis-failure", cobra.FixedCompletions(enumNames[sluice.FailurePolicy](), cobra.ShellCompDirectiveNoFileComp))
+	_ = cmd.RegisterFlagCompletionFunc("tls-client-auth", cobra.FixedCompletions([]string{server.ListenerGRPC, server.ListenerHTTP, server.ListenerAdmin}, cobra.ShellCompDirectiveNoFileComp))
+	_ = cmd.RegisterFlagCompletionFunc("tls-min-version", cobra.FixedCompletions([]string{"1.2", "1.3"}, cobra.ShellCompDirectiveNoFileComp))
+	return cmd
+}
+
+// register defines serve's flags on fs (sluice check defines them too).
+func (f *serveFlags) register(fs *pflag.FlagSet) {
+	f.fs = fs
+	if fs.Lookup("config") == nil { // sluice check has its own
+		fs.StringVar(&f.config, "config", "", "the `FILE|DIR` of the rate limit configuration: an envoyproxy/ratelimit YAML file (with a top-level domain) or a directory of them (required)")
+	}
 	fs.StringVar(&f.httpAddr, "http-addr", server.DefaultHTTPAddr, "the HTTP listener's `HOST:PORT` (port 0: any free one): POST /json, /healthz, /readyz, /metrics")
 	fs.StringVar(&f.grpcAddr, "grpc-addr", server.DefaultGRPCAddr, "the gRPC listener's `HOST:PORT` (port 0: any free one): envoy.service.ratelimit.v3.RateLimitService, grpc.health.v1")
 	fs.StringVar(&f.adminAddr, "admin-addr", server.DefaultAdminAddr, "the admin listener's `HOST:PORT` (port 0: any free one); every route needs the token of --admin-token-file")
-	fs.StringVar(&f.redis, "redis", "", "the Redis server's `HOST:PORT`, or several, comma-separated, for a Redis Cluster (default: none, the in-process memory store)")
 	fs.TextVar(&f.onRedisFailure, "on-redis-failure", sluice.FailOpen, "what a decision is when Redis cannot answer, a `POLICY`: fail_open (allow), fail_closed (refuse) or fail_local (decide in this process's memory)")
-	fs.StringVar(&f.keyHMACFile, "key-hmac-file", "", "a `FILE` holding a secret of at least 16 characters (surrounding white space is trimmed) with which Redis keys are HMAC'd, so that no API key or IP appears in a Redis key name; needs --redis (default: none, keys as they are)")
-	fs.StringVar(&f.adminTokenFile, "admin-token-file", "", fmt.Sprintf("a `FILE` holding the admin token: one word of at least %d characters (surrounding white space is trimmed) (default: none, the admin API is off and every route answers 403)", secret.AdminToken.MinLength))
 	fs.IntVar(&f.maxDescriptors, "max-descriptors", rls.DefaultMaxDescriptors, "descriptors per request at most (0 or less: the default)")
 	fs.DurationVar(&f.grpcIdleTimeout, "grpc-idle-timeout", server.DefaultGRPCIdleTimeout, "close a gRPC connection with no call in flight for this long (a GOAWAY: the client reconnects on its next call); positive")
 	fs.IntVar(&f.maxConnections, "max-connections", server.DefaultMaxConnections, "connections each listener holds at once, at least 1; more wait in the listen backlog")
 	fs.IntVar(&f.grpcMaxStreams, "grpc-max-streams", server.DefaultGRPCMaxStreams, "gRPC calls in flight on one connection at most, from 1 to 2147483647 (announced as HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS); a stream past it is refused (REFUSED_STREAM, safe to retry)")
 	fs.DurationVar(&f.grpcCallTimeout, "grpc-call-timeout", server.DefaultGRPCCallTimeout, "end a gRPC call with DEADLINE_EXCEEDED this long after it starts if it has not answered (a request message that never comes, or a longer client deadline); a streaming call (health Watch) only until its first message; positive")
 	fs.BoolVar(&f.responseHeaders, "response-headers", false, "ask Envoy to add RateLimit-Policy and RateLimit (draft-11) to responses (default off, as envoyproxy/ratelimit)")
-	_ = cmd.RegisterFlagCompletionFunc("on-redis-failure", cobra.FixedCompletions(enumNames[sluice.FailurePolicy](), cobra.ShellCompDirectiveNoFileComp))
-	return cmd
+	inGroup(fs, groupListeners, "config", "http-addr", "grpc-addr", "admin-addr")
+	inGroup(fs, groupLimits, "on-redis-failure", "max-descriptors", "grpc-idle-timeout", "max-connections", "grpc-max-streams", "grpc-call-timeout", "response-headers")
+	f.conn.register(fs)
+	inGroup(fs, groupRedis, "on-redis-failure")
 }
 
 // options checks the flags (a bad value is a usage error), reads the
@@ -80,13 +88,6 @@ func (f *serveFlags) options(log *slog.Logger) (server.Options, error) {
 			return server.Options{}, usagef("--%s %q: %v", a.flag, a.addr, err)
 		}
 	}
-	if f.redis != "" {
-		for a := range strings.SplitSeq(f.redis, ",") {
-			if err := configfile.CheckAddr(a); err != nil {
-				return server.Options{}, usagef("--redis %q: address %q: %v (Redis listens on 6379 by default)", f.redis, a, err)
-			}
-		}
-	}
 	switch {
 	case f.maxConnections < 1:
 		return server.Options{}, usagef("--max-connections %d: at least 1 (a bound cannot be switched off)", f.maxConnections)
@@ -97,33 +98,17 @@ func (f *serveFlags) options(log *slog.Logger) (server.Options, error) {
 	case f.grpcCallTimeout <= 0:
 		return server.Options{}, usagef("--grpc-call-timeout %v: must be positive (a bound cannot be switched off)", f.grpcCallTimeout)
 	}
-	if f.keyHMACFile != "" && f.redis == "" {
-		return server.Options{}, usagef("--key-hmac-file hashes the keys sent to Redis: give --redis too")
-	}
-	var keyHMAC []byte
-	if f.keyHMACFile != "" {
-		var err error
-		k, err := secret.Read(secret.Source{File: f.keyHMACFile}, secret.KeyHMAC)
-		if err != nil {
-			return server.Options{}, err
-		}
-		keyHMAC = []byte(k)
-	}
-	var token string
-	if f.adminTokenFile != "" {
-		var err error
-		if token, err = secret.Read(secret.Source{File: f.adminTokenFile}, secret.AdminToken); err != nil {
-			return server.Options{}, err
-		}
-	}
-	return server.Options{
+	opts := server.Options{
 		Load: server.EnvoyLoader(f.config), Watch: []string{f.config},
 		HTTPAddr: f.httpAddr, GRPCAddr: f.grpcAddr, AdminAddr: f.adminAddr,
-		Redis: f.redis, RedisPolicy: f.onRedisFailure, KeyHMAC: keyHMAC, AdminToken: token,
-		MaxDescriptors: f.maxDescriptors, ResponseHeaders: f.responseHeaders, Logger: log,
+		RedisPolicy: f.onRedisFailure, MaxDescriptors: f.maxDescriptors, ResponseHeaders: f.responseHeaders, Logger: log,
 		GRPCIdleTimeout: f.grpcIdleTimeout, MaxConnections: f.maxConnections,
 		GRPCMaxStreams: f.grpcMaxStreams, GRPCCallTimeout: f.grpcCallTimeout,
-	}, nil
+	}
+	if err := f.conn.options(f.fs, &opts); err != nil {
+		return server.Options{}, err
+	}
+	return opts, nil
 }
 
 // run serves until ctx ends, reloading on SIGHUP.

@@ -143,7 +143,7 @@ func TestServeBadFlagSaysWhich(t *testing.T) {
 		{[]string{"--http-addr", "127.0.0.1:99999"}, `sluice serve: --http-addr "127.0.0.1:99999": the port must be a number from 0 to 65535`},
 		{[]string{"--admin-addr", "localhost"}, `sluice serve: --admin-addr "localhost": host:port`},
 		{[]string{"--grpc-addr", "::1:80"}, `sluice serve: --grpc-addr "::1:80": an IPv6 address goes in brackets`},
-		{[]string{"--redis", "127.0.0.1:6379,localhost"}, `sluice serve: --redis "127.0.0.1:6379,localhost": address "localhost": host:port`},
+		{[]string{"--redis", "127.0.0.1:6379,localhost"}, `sluice serve: --redis: "localhost": host:port, e.g. 127.0.0.1:8080 or [::1]:8080 (Redis listens on 6379 by default)`},
 	} {
 		code, out, errOut := run(append([]string{"serve", "--config", t.TempDir()}, c.args...)...)
 		if code != 2 || !strings.HasPrefix(errOut, c.says) || out != "" {

@@ -5,11 +5,15 @@
 package configfile
 
 import (
+	"time"
+
 	"errors"
 	"fmt"
 	"net"
 	"strconv"
 	"strings"
+
+	"go.yaml.in/yaml/v3"
 )
 
 // Error is a refused configuration: the file, the line and the reason,
@@ -79,4 +83,43 @@ func CheckAddr(a string) error {
 		return errors.New("the port must be a number from 0 to 65535")
 	}
 	return nil
+}
+
+// Duration is a time.Duration written as Go writes one: "50ms", "1m30s",
+// "2h" (units ns, us or µs, ms, s, m, h). The YAML files of sluice's
+// commands share it.
+type Duration time.Duration
+
+// UnmarshalYAML reads a duration; anything else is an error that shows
+// how to write one.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode {
+		return fmt.Errorf("a duration is expected, not a %s: %s", kindName[n.Kind], durationHelp)
+	}
+	v, err := time.ParseDuration(n.Value)
+	if err != nil {
+		return fmt.Errorf("%q: not a duration; %s", n.Value, DurationHint(n.Value))
+	}
+	*d = Duration(v)
+	return nil
+}
+
+var kindName = map[yaml.Kind]string{yaml.MappingNode: "mapping", yaml.SequenceNode: "list", yaml.AliasNode: "alias", yaml.DocumentNode: "document"}
+
+// durationHelp is how to write a duration.
+const durationHelp = "write it as 50ms, 1s, 1m30s or 2h (units: ns, us, ms, s, m, h)"
+
+// DurationHint is how to write a duration, with what a common mistake in
+// v meant ("1d": a day is 24h; "30": a number needs its unit).
+func DurationHint(v string) string {
+	v = strings.TrimSpace(v)
+	if n, ok := strings.CutSuffix(v, "d"); ok {
+		if _, err := strconv.ParseUint(n, 10, 16); err == nil {
+			return durationHelp + "; a day is 24h"
+		}
+	}
+	if _, err := strconv.ParseFloat(v, 64); err == nil {
+		return durationHelp + "; a number needs its unit"
+	}
+	return durationHelp
 }

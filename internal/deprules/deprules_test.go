@@ -22,6 +22,7 @@ var adapters = []struct {
 	{"github.com/envoyproxy/go-control-plane/", []string{"rls"}},
 	{"github.com/prometheus/", []string{"metrics"}},
 	{"github.com/spf13/cobra", []string{"internal/cli"}},
+	{"github.com/fsnotify/fsnotify", []string{"internal/filewatch"}},
 }
 
 // leanUsers says what a package taken alone must not compile: neither the

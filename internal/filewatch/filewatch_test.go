@@ -30,9 +30,9 @@ func TestConcerns(t *testing.T) {
 	}{
 		{cert, true},
 		{filepath.Join(dir, "tls.key"), true},
-		{filepath.Join(dir, "..data"), true},      // a Secret's symlink swap
-		{filepath.Join(dir, "..data_tmp"), true},  // its first step
-		{filepath.Join(dir, "ca.crt"), false},     // another file of a watched file's directory
+		{filepath.Join(dir, "..data"), true},     // a Secret's symlink swap
+		{filepath.Join(dir, "..data_tmp"), true}, // its first step
+		{filepath.Join(dir, "ca.crt"), false},    // another file of a watched file's directory
 		{filepath.Join(dir, ".tls.crt.swp"), false},
 		{filepath.Join(conf, "rules.yaml"), true}, // a file Match accepts in a watched directory
 		{filepath.Join(conf, "notes.txt"), false},
