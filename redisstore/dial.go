@@ -69,6 +69,9 @@ func (o DialOptions) String() string {
 		o.Addrs, o.Username, redacted(o.Password), o.DB, o.TLS != nil, o.Sentinel, o.ConnectTimeout, o.MaxBackoff)
 }
 
+// GoString is o with its passwords redacted, for fmt's %#v.
+func (o DialOptions) GoString() string { return "redisstore.DialOptions" + o.String() }
+
 // LogValue is o with its passwords redacted, for log/slog.
 func (o DialOptions) LogValue() slog.Value { return slog.StringValue(o.String()) }
 

@@ -271,7 +271,7 @@ func TestDialOptionsRedacted(t *testing.T) {
 	t.Parallel()
 	opts := redisstore.DialOptions{Addrs: []string{"127.0.0.1:6379"}, Username: "sluice", Password: aclPassword,
 		Sentinel: redisstore.Sentinel{MasterName: "m", Addrs: []string{"127.0.0.1:26379"}, Password: sentinelPassword}}
-	for _, s := range []string{fmt.Sprint(opts), fmt.Sprintf("%+v", opts), fmt.Sprintf("%v", &opts), opts.LogValue().String()} {
+	for _, s := range []string{fmt.Sprint(opts), fmt.Sprintf("%+v", opts), fmt.Sprintf("%v", &opts), fmt.Sprintf("%#v", opts), opts.LogValue().String()} {
 		noSecret(t, s)
 		if !strings.Contains(s, "[redacted]") || !strings.Contains(s, "sluice") {
 			t.Errorf("%q: want the user and [redacted]", s)

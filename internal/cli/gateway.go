@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/sluicehq/sluice/gateway"
 	"github.com/sluicehq/sluice/gateway/config"
+	"github.com/sluicehq/sluice/internal/tlsconfig"
 )
 
 // This file is the only one of the package that knows the gateway's
@@ -78,5 +81,23 @@ func checkGateway(path string) (string, error) {
 	if err := gateway.Check(gateway.Options{Config: cfg}); err != nil && !errors.Is(err, gateway.ErrNoUpstream) {
 		return "", err
 	}
-	return fmt.Sprintf("%s: ok (%d limits, %d rules, %s store, for sluice gateway)", path, len(cfg.Limits), len(cfg.Rules), cfg.Store.Kind), nil
+	lines := []string{fmt.Sprintf("%s: ok (%d limits, %d rules, %s store, for sluice gateway)", path, len(cfg.Limits), len(cfg.Rules), cfg.Store.Kind)}
+	now := time.Now()
+	for _, l := range []struct {
+		name string
+		tls  tlsconfig.Server
+	}{{"listen", cfg.TLS}, {"admin", cfg.Admin.TLS}} {
+		if l.tls.Enabled() {
+			sum, _ := l.tls.Check(now) // checked by gateway.Check
+			auth := "client certificates not asked"
+			if l.tls.ClientCAFile != "" {
+				auth = "client certificates required"
+			}
+			lines = append(lines, fmt.Sprintf("  tls (%s): %s; %s", l.name, sum, auth))
+		}
+	}
+	if cfg.Store.Kind == "redis" {
+		lines = append(lines, "  redis: "+cfg.Store.Redis.Connection.Describe(now).String())
+	}
+	return strings.Join(lines, "\n"), nil
 }

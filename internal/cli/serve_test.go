@@ -17,6 +17,7 @@ import (
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 
+	"github.com/sluicehq/sluice/internal/certtest"
 	"github.com/sluicehq/sluice/internal/logtest"
 )
 
@@ -148,6 +149,69 @@ func TestServeBadFlagSaysWhich(t *testing.T) {
 		code, out, errOut := run(append([]string{"serve", "--config", t.TempDir()}, c.args...)...)
 		if code != 2 || !strings.HasPrefix(errOut, c.says) || out != "" {
 			t.Errorf("%q: exit %d, stdout %q, stderr %q; want exit 2, stderr starting %q", c.args, code, out, errOut, c.says)
+		}
+	}
+}
+
+// The flags of TLS, Redis and secrets: a shape that cannot work is a
+// usage error naming the flag (exit 2); a file that cannot be used is a
+// failure naming the flag and the file (exit 1); a secret on the command
+// line is refused with the reason, never repeated. Nothing starts, and
+// sluice check says the same.
+func TestServeConnectionFlags(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ca := certtest.NewCA(t, "test CA")
+	files := ca.Write(t, dir, ca.Issue(t, certtest.Leaf{}))
+	otherKey := filepath.Join(dir, "other.key")
+	certtest.WriteFile(t, otherKey, ca.Issue(t, certtest.Leaf{}).KeyPEM)
+	expired := ca.Write(t, t.TempDir(), ca.Issue(t, certtest.Leaf{NotBefore: time.Now().Add(-48 * time.Hour), NotAfter: time.Now().Add(-time.Hour)}))
+	missing := filepath.Join(dir, "missing")
+	const secret = "hunter2-hunter2-hunter2"
+	for _, c := range []struct {
+		args []string
+		code int
+		says string
+	}{
+		{[]string{"--redis", "127.0.0.1:6379", "--redis-password", secret}, 2, "--redis-password: a secret is not given on the command line, where every user of the machine can read it (ps, /proc/PID/cmdline) and the shell keeps it in its history; give --redis-password-file FILE (a file holding it) or --redis-password-env VAR"},
+		{[]string{"--admin-token=" + secret}, 2, "--admin-token: a secret is not given on the command line"},
+		{[]string{"--redis", "127.0.0.1:6379", "--key-hmac", secret}, 2, "--key-hmac: a secret is not given on the command line"},
+		{[]string{"--redis-sentinel-master", "m", "--redis-sentinel-addrs", "127.0.0.1:26379", "--redis-sentinel-password", secret}, 2, "--redis-sentinel-password: a secret is not given"},
+		{[]string{"--redis", "127.0.0.1:6379", "--redis-password-file", "/x", "--redis-password-env", "X"}, 2, "--redis-password-file and --redis-password-env: give one"},
+		{[]string{"--redis-username", "sluice"}, 2, "--redis-username configures the Redis connection: give --redis (or --redis-sentinel-master) too"},
+		{[]string{"--redis", "127.0.0.1:6379", "--redis-username", "sluice"}, 2, `--redis-username: "sluice" needs its password`},
+		{[]string{"--redis", "redis://u:" + secret + "@127.0.0.1:6379"}, 2, "--redis: a URL with user information (not repeated here: it may hold a password)"},
+		{[]string{"--redis", "127.0.0.1:6379", "--redis-sentinel-master", "m", "--redis-sentinel-addrs", "127.0.0.1:26379"}, 2, "--redis-sentinel-master: Redis's addresses and a Sentinel are both given: give one"},
+		{[]string{"--redis-sentinel-master", "m"}, 2, "--redis-sentinel-addrs: the Sentinels' addresses are required"},
+		{[]string{"--redis", "127.0.0.1:6379,127.0.0.1:6380", "--redis-db", "2"}, 2, "--redis-db: 2 with 2 addresses (a Cluster): a Cluster has only database 0"},
+		{[]string{"--redis", "127.0.0.1:6379", "--redis-tls-key-file", otherKey}, 2, "--redis-tls-cert-file: a client key needs its certificate"},
+		{[]string{"--redis", "127.0.0.1:6379", "--redis-tls-server-name", "rediss://x"}, 2, "--redis-tls-server-name: \"rediss://x\": a host name or an IP address"},
+		{[]string{"--redis", "127.0.0.1:6379", "--redis-timeout", "0s"}, 2, "--redis-timeout 0s: must be positive"},
+		{[]string{"--tls-cert-file", files.Cert}, 2, "--tls-key-file: TLS needs the certificate's key"},
+		{[]string{"--tls-min-version", "1.1", "--tls-cert-file", files.Cert, "--tls-key-file", files.Key}, 2, `--tls-min-version: "1.1": 1.2 or 1.3`},
+		{[]string{"--tls-client-auth", "grpc"}, 2, "--tls-client-auth needs --tls-client-ca-file"},
+		{[]string{"--tls-cert-file", files.Cert, "--tls-key-file", files.Key, "--tls-client-ca-file", files.CA, "--tls-client-auth", "grpc,ftp"}, 2, `--tls-client-auth "ftp": grpc, http or admin`},
+		{[]string{"--redis", "127.0.0.1:6379", "--redis-password-file", missing}, 1, "--redis-password-file: Redis password (file " + missing + "): no such file"},
+		{[]string{"--redis", "127.0.0.1:6379", "--redis-password-env", "SLUICE_TEST_SURELY_UNSET"}, 1, "--redis-password-env: Redis password (environment variable SLUICE_TEST_SURELY_UNSET): the variable is not set"},
+		{[]string{"--admin-token-file", missing}, 1, "--admin-token-file: admin token (file " + missing + "): no such file"},
+		{[]string{"--redis", "127.0.0.1:6379", "--redis-tls-ca-file", missing}, 1, "--redis-tls-ca-file: CA file " + missing + ": no such file"},
+		{[]string{"--tls-cert-file", files.Cert, "--tls-key-file", otherKey}, 1, "key file " + otherKey + ": not the key of the certificate in " + files.Cert},
+		{[]string{"--tls-cert-file", expired.Cert, "--tls-key-file", expired.Key}, 1, "certificate file " + expired.Cert + ": the certificate (CN=localhost) expired on"},
+		{[]string{"--tls-cert-file", files.Cert, "--tls-key-file", files.Key, "--tls-client-ca-file", missing}, 1, "client CA file " + missing + ": no such file"},
+	} {
+		cfg := t.TempDir()
+		if err := os.WriteFile(filepath.Join(cfg, "edge.yaml"), []byte("domain: edge\ndescriptors: [{key: k, rate_limit: {unit: second, requests_per_unit: 1}}]\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		for _, cmd := range []string{"serve", "check"} {
+			args := append([]string{cmd, "--config", cfg, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"}, c.args...)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			var out, errOut logtest.Buffer
+			code := Main(ctx, args, &out, &errOut)
+			cancel()
+			if code != c.code || !strings.Contains(errOut.String(), c.says) || strings.Contains(out.String()+errOut.String(), secret) {
+				t.Errorf("sluice %s %q: exit %d, stderr %q; want exit %d saying %q, never the secret", cmd, c.args, code, errOut.String(), c.code, c.says)
+			}
 		}
 	}
 }

@@ -8,6 +8,7 @@
 package redisconfig
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -100,8 +101,8 @@ func fieldErr(err error, path ...string) *FieldError { return &FieldError{Path: 
 // fields. Every refusal is a *FieldError.
 func (c Connection) Validate() error {
 	for i, a := range c.Addrs {
-		if err := configfile.CheckAddr(a); err != nil {
-			return fieldErr(fmt.Errorf("%q: %w (Redis listens on 6379 by default)", a, err), "addrs", fmt.Sprint(i))
+		if err := checkAddr(a); err != nil {
+			return fieldErr(err, "addrs", fmt.Sprint(i))
 		}
 	}
 	if err := checkSecret(c.PasswordFile, c.PasswordEnv, c.Username, nil); err != nil {
@@ -118,17 +119,17 @@ func (c Connection) Validate() error {
 	}
 	if s := c.Sentinel; s != nil {
 		if len(c.Addrs) > 0 {
-			return fieldErr(fmt.Errorf("give addrs or sentinel, not both: with a Sentinel, the Sentinels find the master"), "sentinel")
+			return fieldErr(errors.New("Redis's addresses and a Sentinel are both given: give one (with a Sentinel, the Sentinels name the master)"), "sentinel")
 		}
 		if s.Master == "" {
-			return fieldErr(fmt.Errorf("the master's name under the Sentinels (sentinel monitor NAME …) is required"), "sentinel", "master")
+			return fieldErr(errors.New("the master's name under the Sentinels (sentinel monitor NAME …) is required"), "sentinel", "master")
 		}
 		if len(s.Addrs) == 0 {
-			return fieldErr(fmt.Errorf("the Sentinels' addresses are required (port 26379 by default)"), "sentinel", "addrs")
+			return fieldErr(errors.New("the Sentinels' addresses are required (port 26379 by default)"), "sentinel", "addrs")
 		}
 		for i, a := range s.Addrs {
-			if err := configfile.CheckAddr(a); err != nil {
-				return fieldErr(fmt.Errorf("%q: %w", a, err), "sentinel", "addrs", fmt.Sprint(i))
+			if err := checkAddr(a); err != nil {
+				return fieldErr(err, "sentinel", "addrs", fmt.Sprint(i))
 			}
 		}
 		if err := checkSecret(s.PasswordFile, s.PasswordEnv, s.Username, []string{"sentinel"}); err != nil {
@@ -137,8 +138,38 @@ func (c Connection) Validate() error {
 	}
 	if c.TLS != nil {
 		if err := c.TLS.Validate(); err != nil {
-			return fieldErr(err, "tls", tlsconfig.FieldOf(err))
+			return tlsErr(err)
 		}
+	}
+	return nil
+}
+
+// tlsErr is a tlsconfig error as a FieldError under tls: the reason alone
+// when it is about the field (the path names it), the file's error as it
+// is.
+func tlsErr(err error) error {
+	var e *tlsconfig.Error
+	if errors.As(err, &e) && e.File == "" {
+		return fieldErr(errors.New(e.Reason), "tls", e.Field)
+	}
+	return fieldErr(err, "tls", tlsconfig.FieldOf(err))
+}
+
+// checkAddr checks a Redis or Sentinel address: host:port. A URL is
+// refused without repeating it when it holds user information (a
+// password, most likely).
+func checkAddr(a string) error {
+	if scheme, rest, isURL := strings.Cut(a, "://"); isURL && !strings.ContainsAny(scheme, "/@[]") {
+		if strings.Contains(rest, "@") {
+			return errors.New("a URL with user information (not repeated here: it may hold a password); give host:port, and the password in password_file or password_env")
+		}
+		return fmt.Errorf("%q: host:port, not a URL (TLS is the tls setting)", a)
+	}
+	if strings.Contains(a, "@") {
+		return errors.New("an address with user information (not repeated here: it may hold a password); give host:port, and the password in password_file or password_env")
+	}
+	if err := configfile.CheckAddr(a); err != nil {
+		return fmt.Errorf("%q: %w (Redis listens on 6379 by default)", a, err)
 	}
 	return nil
 }
@@ -148,9 +179,9 @@ func checkSecret(file, env, user string, at []string) error {
 	path := func(p string) []string { return append(append([]string(nil), at...), p) }
 	switch {
 	case file != "" && env != "":
-		return fieldErr(fmt.Errorf("give the password in a file (password_file) or a variable (password_env), not both"), path("password_env")...)
+		return fieldErr(errors.New("the password is given twice, in a file and in a variable: give one"), path("password_env")...)
 	case user != "" && file == "" && env == "":
-		return fieldErr(fmt.Errorf("%q needs its password: give password_file or password_env", user), path("username")...)
+		return fieldErr(fmt.Errorf("%q needs its password", user), path("username")...)
 	}
 	return nil
 }
@@ -178,7 +209,7 @@ func (c Connection) DialOptions(now time.Time) (redisstore.DialOptions, error) {
 	}
 	if c.TLS != nil {
 		if o.TLS, err = c.TLS.Config(now); err != nil {
-			return redisstore.DialOptions{}, fieldErr(err, "tls", tlsconfig.FieldOf(err))
+			return redisstore.DialOptions{}, tlsErr(err)
 		}
 	}
 	return o, nil

@@ -54,9 +54,9 @@ func (s Server) Validate() error {
 	}
 	switch {
 	case s.CertFile == "":
-		return &Error{Field: "cert_file", Reason: "TLS needs cert_file, the listener's certificate, and key_file, its key"}
+		return &Error{Field: "cert_file", Reason: "TLS needs a certificate and its key"}
 	case s.KeyFile == "":
-		return &Error{Field: "key_file", Reason: "TLS needs key_file, the key of cert_file's certificate"}
+		return &Error{Field: "key_file", Reason: "TLS needs the certificate's key"}
 	}
 	_, err := minVersion(s.MinVersion)
 	return err
@@ -90,9 +90,9 @@ type Client struct {
 func (c Client) Validate() error {
 	switch {
 	case c.CertFile != "" && c.KeyFile == "":
-		return &Error{Field: "key_file", Reason: "a client certificate (cert_file) needs its key, key_file"}
+		return &Error{Field: "key_file", Reason: "a client certificate needs its key"}
 	case c.KeyFile != "" && c.CertFile == "":
-		return &Error{Field: "cert_file", Reason: "a client key (key_file) needs its certificate, cert_file"}
+		return &Error{Field: "cert_file", Reason: "a client key needs its certificate"}
 	case c.ServerName != "" && !validServerName(c.ServerName):
 		return &Error{Field: "server_name", Reason: fmt.Sprintf("%q: a host name or an IP address, without a scheme or a port", c.ServerName)}
 	}

@@ -69,9 +69,9 @@ func TestServerCheck(t *testing.T) {
 		field string
 		says  string
 	}{
-		{"no key", tlsconfig.Server{CertFile: cert}, "key_file", "key_file: TLS needs key_file"},
-		{"no certificate", tlsconfig.Server{KeyFile: key}, "cert_file", "cert_file: TLS needs cert_file"},
-		{"a client CA alone", tlsconfig.Server{ClientCAFile: caFile}, "cert_file", "TLS needs cert_file"},
+		{"no key", tlsconfig.Server{CertFile: cert}, "key_file", "key_file: TLS needs the certificate's key"},
+		{"no certificate", tlsconfig.Server{KeyFile: key}, "cert_file", "cert_file: TLS needs a certificate"},
+		{"a client CA alone", tlsconfig.Server{ClientCAFile: caFile}, "cert_file", "TLS needs a certificate"},
 		{"TLS 1.1", tlsconfig.Server{CertFile: cert, KeyFile: key, MinVersion: "1.1"}, "min_version", `min_version: "1.1": 1.2 or 1.3`},
 		{"missing certificate", tlsconfig.Server{CertFile: missing, KeyFile: key}, "cert_file", "certificate file " + missing + ": no such file"},
 		{"a directory", tlsconfig.Server{CertFile: dir, KeyFile: key}, "cert_file", "certificate file " + dir + ": not a regular file"},
