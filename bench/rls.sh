@@ -4,12 +4,14 @@
 # loopback. On 2 cores the client shares the CPUs with the server, so the
 # ceiling is rlsnoop, a do-nothing RLS server under the same load.
 #
-#   rlsnoop      the ceiling: answers OK without looking
-#   sluice-mem   `sluice serve` of this checkout, memory store, on rls/config
-#   sluice-redis the same on Redis 127.0.0.1:6379 (its keys under "sluice", with TTLs)
-#   sluice       an already-running `sluice serve` at SLUICE_ADDR (optional)
-#   ratelimit    envoyproxy/ratelimit on Redis 127.0.0.1:6379 (keys sluicebench_rl_*)
-#   gubernator   gubernator-io/gubernator v2, one node, in memory
+#   rlsnoop         the ceiling: answers OK without looking
+#   sluice-mem      `sluice serve` of this checkout, memory store, on rls/config
+#   sluice-mem-tls  sluice-mem over TLS (a P-256 certificate; rlsload verifies it)
+#   sluice-mem-mtls sluice-mem over mTLS (rlsload presents a client certificate)
+#   sluice-redis    `sluice serve` on Redis 127.0.0.1:6379 (its keys under "sluice", with TTLs)
+#   sluice          an already-running `sluice serve` at SLUICE_ADDR (optional)
+#   ratelimit       envoyproxy/ratelimit on Redis 127.0.0.1:6379 (keys sluicebench_rl_*)
+#   gubernator      gubernator-io/gubernator v2, one node, in memory
 #
 # Points: c = 1, 16, 64 × keys = 1, 10000 with one descriptor per call, and
 # c = 64 with 16 descriptors per call. Before its points each limiter must
@@ -25,6 +27,14 @@
 #   SLUICE_CHECK (1) 0 skips the OVER_LIMIT check for SLUICE_ADDR
 #   SLUICE_PID   its pid(s), comma-separated, for its CPU column
 #   REDIS_ADDR   (127.0.0.1:6379) for ratelimit
+#   TLS (1)      0 skips sluice-mem-tls and sluice-mem-mtls
+#
+# The TLS rows are measured right after sluice-mem's, in the same round, for
+# their ratio to it: a fresh server each, on certificates made once per run
+# into a temporary directory (an EC P-256 CA, a server certificate for
+# 127.0.0.1 and localhost, a client certificate). rlsload opens one HTTP/2
+# connection per 16 workers and handshakes before the warm-up, so they
+# measure TLS's steady cost, not handshakes.
 #
 # Each row ends with the CPU, in cores, that the server (ratelimit with Redis),
 # rlsload and every other process used: on a shared machine, "others" well
@@ -34,7 +44,7 @@
 # ignored), named by version, and reused. The table goes to stdout and out/rls.txt.
 set -euo pipefail
 cd "$(dirname "$0")"
-duration=${DURATION:-10s} warmup=${WARMUP:-1s} rounds=${ROUNDS:-1}
+duration=${DURATION:-10s} warmup=${WARMUP:-1s} rounds=${ROUNDS:-1} tls=${TLS:-1}
 redis=${REDIS_ADDR:-127.0.0.1:6379}
 ratelimit_mod=github.com/envoyproxy/ratelimit/src/service_cmd
 ratelimit_ver=v1.4.1-0.20260122083618-3fb702589d36
@@ -68,6 +78,33 @@ go build -o "$tmp/rlsload" ./cmd/rlsload
 go build -o "$tmp/rlsnoop" ./cmd/rlsnoop
 (cd .. && go build -o "$tmp/sluice" ./cmd/sluice)
 
+# certs DIR: a CA (ca.pem), a server certificate for IP 127.0.0.1 and DNS
+# localhost (server.pem, server.key) and a client certificate (client.pem,
+# client.key) it signed, all EC P-256, valid for two days. openssl's chatter
+# goes to stderr.
+certs() {
+  local d=$1 name
+  mkdir -p "$d"
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$d/ca.key" -out "$d/ca.pem" \
+    -days 2 -subj "/CN=sluice bench CA" \
+    -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign || return
+  printf '%s\n' 'subjectAltName=IP:127.0.0.1,DNS:localhost' 'extendedKeyUsage=serverAuth' \
+    'keyUsage=critical,digitalSignature' 'basicConstraints=critical,CA:FALSE' >"$d/server.ext"
+  printf '%s\n' 'extendedKeyUsage=clientAuth' \
+    'keyUsage=critical,digitalSignature' 'basicConstraints=critical,CA:FALSE' >"$d/client.ext"
+  for name in server client; do
+    openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$d/$name.key" -out "$d/$name.csr" \
+      -subj "/CN=sluice bench $name" || return
+    openssl x509 -req -in "$d/$name.csr" -CA "$d/ca.pem" -CAkey "$d/ca.key" -set_serial "0x$(openssl rand -hex 8)" \
+      -days 2 -extfile "$d/$name.ext" -out "$d/$name.pem" || return
+  done
+}
+if [[ $tls != 0 ]] && ! certs "$tmp/tls" 2>"$tmp/openssl.log"; then
+  cat "$tmp/openssl.log" >&2
+  echo "rls: openssl could not make the TLS certificates (TLS=0 skips the TLS rows)" >&2
+  exit 1
+fi
+
 # freeport: a loopback TCP port nothing listens on and not handed out before
 # (kept in $ports, so call it outside $(...)).
 ports=" "
@@ -87,12 +124,12 @@ listener() {
 }
 
 header=-header
-# measure IMPL PROTO ADDR CHECK [PID]: the tight-domain check if CHECK is 1,
-# then every point, each row also kept in $tmp/rows. Fails, after trying every
-# point, if anything failed.
+# measure IMPL PROTO ADDR CHECK [PID [RLSLOAD-FLAGS...]]: the tight-domain
+# check if CHECK is 1, then every point, each row also kept in $tmp/rows.
+# Fails, after trying every point, if anything failed.
 measure() {
   local impl=$1 proto=$2 addr=$3 check=$4 c keys batch rc=0
-  local load=("$tmp/rlsload" -proto "$proto" -addr "$addr" -impl "$impl" -warmup "$warmup" -pid "${5:-0}")
+  local load=("$tmp/rlsload" -proto "$proto" -addr "$addr" -impl "$impl" -warmup "$warmup" -pid "${5:-0}" "${@:6}")
   if [[ $check == 1 ]] && ! "${load[@]}" -d 1s -c 4 -domain sluicebench_tight -limit 10 -min-over 50 >/dev/null; then
     echo "rls: $impl: no OVER_LIMIT in the tight domain; not measured" >&2
     if [[ -f $tmp/$impl.log ]]; then tail -20 "$tmp/$impl.log" >&2; fi
@@ -119,16 +156,30 @@ for round in $(seq "$rounds"); do
   measure rlsnoop rls "127.0.0.1:$port" 0 "$pid" || failed=1
   stop
 
-  # sluice serve reads ratelimit's files unchanged.
-  for store in mem redis; do
+  # sluice serve reads ratelimit's files unchanged. Its TLS variants, on the
+  # memory store, right after sluice-mem: the server's certificate verified
+  # by rlsload; for mTLS, rlsload's by the server (every listener asks).
+  variants=(mem)
+  if [[ $tls != 0 ]]; then variants+=(mem-tls mem-mtls); fi
+  for variant in "${variants[@]}" redis; do
     freeport; grpc=$port; freeport; http=$port; freeport; admin=$port
-    extra=()
-    if [[ $store == redis ]]; then extra=(--redis "$redis"); fi
+    extra=() loadtls=()
+    case $variant in
+    redis) extra=(--redis "$redis") ;;
+    mem-tls | mem-mtls)
+      extra=(--tls-cert-file "$tmp/tls/server.pem" --tls-key-file "$tmp/tls/server.key")
+      loadtls=(-ca "$tmp/tls/ca.pem")
+      if [[ $variant == mem-mtls ]]; then
+        extra+=(--tls-client-ca-file "$tmp/tls/ca.pem")
+        loadtls+=(-cert "$tmp/tls/client.pem" -key "$tmp/tls/client.key")
+      fi
+      ;;
+    esac
     "$tmp/sluice" serve --config rls/config --grpc-addr "127.0.0.1:$grpc" --http-addr "127.0.0.1:$http" \
-      --admin-addr "127.0.0.1:$admin" "${extra[@]}" 2>"$tmp/sluice-$store.log" & pid=$!
+      --admin-addr "127.0.0.1:$admin" "${extra[@]}" 2>"$tmp/sluice-$variant.log" & pid=$!
     pids=$pid
-    if [[ $store == redis ]]; then pids="$pid,$(listener "$redis")"; fi
-    measure "sluice-$store" rls "127.0.0.1:$grpc" 1 "$pids" || failed=1
+    if [[ $variant == redis ]]; then pids="$pid,$(listener "$redis")"; fi
+    measure "sluice-$variant" rls "127.0.0.1:$grpc" 1 "$pids" "${loadtls[@]}" || failed=1
     stop
   done
 

@@ -193,7 +193,7 @@ func build(opts Options, connect connector, watch bool) (_ *Gateway, err error) 
 	if g.metrics, err = metrics.New(metrics.Options{}); err != nil {
 		return nil, err
 	}
-	var publicHandshakes, adminHandshakes func()
+	var publicHandshakes, adminHandshakes *tlsconfig.Handshakes
 	if g.tls, publicHandshakes, err = g.listenerTLS(cfg, "public", cfg.TLS, "tls", watch); err != nil {
 		return nil, err
 	}
@@ -265,10 +265,11 @@ func secretField(field string, src secret.Source) string {
 }
 
 // listenerTLS reads a listener's TLS files (nil when it has none), with
-// the file's line on a refusal, and registers its metrics: the certificate's
-// expiry, its reloads, the failed handshakes (counted by the function it
-// returns). With watch, the files are watched (Run reloads them).
-func (g *Gateway) listenerTLS(cfg *config.File, name string, files tlsconfig.Server, at string, watch bool) (*tlsconfig.Reloader, func(), error) {
+// the file's line on a refusal, and registers its metrics: the
+// certificate's expiry and reloads, the failed handshakes (counted and
+// logged by the Handshakes it returns). With watch, the files are watched
+// (Run reloads them).
+func (g *Gateway) listenerTLS(cfg *config.File, name string, files tlsconfig.Server, at string, watch bool) (*tlsconfig.Reloader, *tlsconfig.Handshakes, error) {
 	if !files.Enabled() {
 		return nil, nil, nil
 	}
@@ -277,14 +278,17 @@ func (g *Gateway) listenerTLS(cfg *config.File, name string, files tlsconfig.Ser
 		return nil, nil, cfg.ErrorAt(at+"."+tlsconfig.FieldOf(err), fmt.Errorf("%s %w", strings.ReplaceAll(at, ".", " "), err))
 	}
 	g.closers = append(g.closers, r.Close)
-	h, err := g.metrics.RegisterTLS(name, func() metrics.TLSStats {
+	if err := g.metrics.RegisterTLS(name, func() metrics.TLSStats {
 		st := r.Stats()
 		return metrics.TLSStats{NotAfter: st.Summary.NotAfter, Reloads: st.Reloads, Refused: st.Refused}
-	})
+	}); err != nil {
+		return nil, nil, err
+	}
+	c, err := g.metrics.HandshakeFailures(name)
 	if err != nil {
 		return nil, nil, err
 	}
-	return r, h.Failed, nil
+	return r, tlsconfig.NewHandshakes(g.log, name, c.Inc), nil
 }
 
 // connector gives the Redis store its client, and what closes it.

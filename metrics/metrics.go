@@ -71,6 +71,12 @@ type Metrics struct {
 	// number of rejections, by tenant.
 	spent, rejections *topk.Sketch
 	since             atomic.Int64 // Unix ns: when the sketches started
+
+	// handshakes are the TLS listeners' failed handshakes, registered by
+	// the first HandshakeFailures.
+	handshakesOnce sync.Once
+	handshakes     *prometheus.CounterVec
+	handshakesErr  error
 }
 
 // ruleSeries are one rule's series, looked up once per rule.

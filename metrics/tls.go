@@ -16,25 +16,16 @@ type TLSStats struct {
 	Reloads, Refused uint64
 }
 
-// Handshakes counts a TLS listener's failed handshakes (a client without
-// a certificate under mTLS, a scanner, an old TLS version). Safe for
-// concurrent use.
-type Handshakes struct{ c prometheus.Counter }
-
-// Failed counts one failed handshake.
-func (h *Handshakes) Failed() { h.c.Inc() }
-
-// RegisterTLS exports a TLS listener's state, labelled listener=name:
-// <namespace>_tls_certificate_expiry_timestamp_seconds (alert on it minus
-// time()), <namespace>_tls_reloads_total{result="ok"|"refused"} and
-// <namespace>_tls_handshake_failures_total, whose counter it returns.
+// RegisterTLS exports a certificate's state, labelled certificate=name
+// (the listeners that present it): <namespace>_tls_certificate_expiry_timestamp_seconds
+// (alert on it minus time()) and <namespace>_tls_reloads_total{result="ok"|"refused"}.
 // stats is called once per scrape and must be safe for concurrent use. A
 // nil stats, or a name already registered, is an error.
-func (m *Metrics) RegisterTLS(name string, stats func() TLSStats) (*Handshakes, error) {
+func (m *Metrics) RegisterTLS(name string, stats func() TLSStats) error {
 	if stats == nil {
-		return nil, fmt.Errorf("metrics: register TLS %s: %w", name, errNoStats)
+		return fmt.Errorf("metrics: register TLS %s: %w", name, errNoStats)
 	}
-	labels := prometheus.Labels{"listener": name}
+	labels := prometheus.Labels{"certificate": name}
 	desc := func(metric, help string, variable ...string) *prometheus.Desc {
 		return prometheus.NewDesc(prometheus.BuildFQName(m.namespace, "tls", metric), help, variable, labels)
 	}
@@ -44,16 +35,27 @@ func (m *Metrics) RegisterTLS(name string, stats func() TLSStats) (*Handshakes, 
 		reloads: desc("reloads_total", "Reloads of the TLS files, by result (ok: the new files are in force; refused: they were bad, and the certificate in force stayed).", "result"),
 	}
 	if err := m.registry.Register(c); err != nil {
-		return nil, fmt.Errorf("metrics: register TLS %s: %w", name, err)
+		return fmt.Errorf("metrics: register TLS %s: %w", name, err)
 	}
-	failed := prometheus.NewCounter(prometheus.CounterOpts{
-		Namespace: m.namespace, Subsystem: "tls", Name: "handshake_failures_total", ConstLabels: labels,
-		Help: "TLS handshakes that failed: a client without an acceptable certificate, an old TLS version, a scanner.",
+	return nil
+}
+
+// HandshakeFailures returns the counter of a TLS listener's failed
+// handshakes (a client without an acceptable certificate under mTLS, an
+// old TLS version, a scanner): <namespace>_tls_handshake_failures_total{listener}.
+// Its Inc is safe for concurrent use.
+func (m *Metrics) HandshakeFailures(listener string) (prometheus.Counter, error) {
+	m.handshakesOnce.Do(func() {
+		m.handshakes = prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: m.namespace, Subsystem: "tls", Name: "handshake_failures_total",
+			Help: "TLS handshakes that failed, by listener: a client without an acceptable certificate, an old TLS version, a scanner.",
+		}, []string{"listener"})
+		m.handshakesErr = m.registry.Register(m.handshakes)
 	})
-	if err := m.registry.Register(failed); err != nil {
-		return nil, fmt.Errorf("metrics: register TLS %s: %w", name, err)
+	if m.handshakesErr != nil {
+		return nil, fmt.Errorf("metrics: handshake failures: %w", m.handshakesErr)
 	}
-	return &Handshakes{failed}, nil
+	return m.handshakes.WithLabelValues(listener), nil
 }
 
 type tlsCollector struct {

@@ -81,10 +81,10 @@ type GRPCOptions struct {
 	// text otherwise. The handshake is bounded by the 5 s a new
 	// connection has for its preface.
 	TLS *tls.Config
-	// HandshakeFailed, when set, is called for each connection whose TLS
-	// handshake fails (a client without an acceptable certificate under
-	// mTLS, a scanner), for a metric.
-	HandshakeFailed func()
+	// HandshakeFailed, when set, is called with the error of each
+	// connection whose TLS handshake fails (a client without an acceptable
+	// certificate under mTLS, a scanner), for a metric and a log line.
+	HandshakeFailed func(error)
 }
 
 // GRPCServer serves a Service over gRPC: Envoy's RateLimitService (a
@@ -123,13 +123,13 @@ func NewGRPCServer(svc *Service, opts GRPCOptions) (*GRPCServer, error) {
 // handshakes.
 type countedTLS struct {
 	credentials.TransportCredentials
-	failed func()
+	failed func(error)
 }
 
 func (c countedTLS) ServerHandshake(conn net.Conn) (net.Conn, credentials.AuthInfo, error) {
 	nc, info, err := c.TransportCredentials.ServerHandshake(conn)
 	if err != nil && c.failed != nil {
-		c.failed()
+		c.failed(err)
 	}
 	return nc, info, err
 }

@@ -262,20 +262,27 @@ func New(opts Options) (*Server, error) {
 	if s.reloads, err = s.metrics.RegisterReloads(); err != nil {
 		return nil, err
 	}
-	var handshakeFailed func()
+	// Failed handshakes, counted and logged per listener; nil in clear
+	// text.
+	handshakes := map[string]*tlsconfig.Handshakes{}
 	if opts.TLS.Enabled() {
 		if s.tls, err = tlsconfig.NewReloader(opts.TLS, tlsconfig.ReloaderOptions{Name: "serve", Logger: s.log, Watch: true}); err != nil {
 			return nil, fmt.Errorf("server: TLS: %w", err)
 		}
 		s.closers = append(s.closers, s.tls.Close)
-		h, err := s.metrics.RegisterTLS("serve", func() metrics.TLSStats {
+		if err := s.metrics.RegisterTLS("serve", func() metrics.TLSStats {
 			st := s.tls.Stats()
 			return metrics.TLSStats{NotAfter: st.Summary.NotAfter, Reloads: st.Reloads, Refused: st.Refused}
-		})
-		if err != nil {
+		}); err != nil {
 			return nil, err
 		}
-		handshakeFailed = h.Failed
+		for _, l := range []string{ListenerGRPC, ListenerHTTP, ListenerAdmin} {
+			c, err := s.metrics.HandshakeFailures(l)
+			if err != nil {
+				return nil, err
+			}
+			handshakes[l] = tlsconfig.NewHandshakes(s.log, l, c.Inc)
+		}
 	}
 	limiter, err := s.openStore()
 	if err != nil {
@@ -289,17 +296,17 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	if s.tls != nil {
-		grpcOpts.TLS, grpcOpts.HandshakeFailed = s.tls.Config(opts.clientAuth(ListenerGRPC), "h2"), handshakeFailed
+		grpcOpts.TLS, grpcOpts.HandshakeFailed = s.tls.Config(opts.clientAuth(ListenerGRPC), "h2"), handshakes[ListenerGRPC].Failed
 	}
 	if s.grpc, err = rls.NewGRPCServer(s.svc, grpcOpts); err != nil {
 		return nil, err
 	}
 	s.http = &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
 		WriteTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 16 << 10,
-		ErrorLog: tlsconfig.HTTPErrorLog(s.log, ListenerHTTP, handshakeFailed)}
+		ErrorLog: tlsconfig.HTTPErrorLog(s.log, ListenerHTTP, handshakes[ListenerHTTP])}
 	s.admin = &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
 		WriteTimeout: 2 * time.Minute, MaxHeaderBytes: 16 << 10, // a CPU profile takes its seconds
-		ErrorLog: tlsconfig.HTTPErrorLog(s.log, ListenerAdmin, handshakeFailed)}
+		ErrorLog: tlsconfig.HTTPErrorLog(s.log, ListenerAdmin, handshakes[ListenerAdmin])}
 	if s.grpcLn, err = s.listen(opts.GRPCAddr, DefaultGRPCAddr, ""); err != nil { // gRPC's credentials do its TLS
 		return nil, err
 	}

@@ -26,6 +26,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/certtest"
+	"github.com/sluicehq/sluice/internal/logtest"
 	"github.com/sluicehq/sluice/internal/tlsconfig"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/server"
@@ -157,7 +158,8 @@ func TestGRPCOverTLS(t *testing.T) {
 	if err := shouldRateLimit(rlsClient(t, plain.GRPCAddr(), credentials.NewTLS(p.clientTLS()))); err != nil {
 		t.Fatalf("TLS, the right CA: %v", err)
 	}
-	mtls := startTLS(t, p, server.Options{Limiter: store, TLS: tlsconfig.Server{CertFile: p.files.Cert, KeyFile: p.files.Key, ClientCAFile: p.files.CA}})
+	var logs logtest.Buffer
+	mtls := startTLS(t, p, server.Options{Limiter: store, Logger: logs.Logger(), TLS: tlsconfig.Server{CertFile: p.files.Cert, KeyFile: p.files.Key, ClientCAFile: p.files.CA}})
 	if err := shouldRateLimit(rlsClient(t, mtls.GRPCAddr(), credentials.NewTLS(p.clientTLS(p.client)))); err != nil {
 		t.Fatalf("mTLS, a client certificate of the client CA: %v", err)
 	}
@@ -185,11 +187,15 @@ func TestGRPCOverTLS(t *testing.T) {
 		t.Errorf("%d decisions for refused clients", n-before)
 	}
 	_, body := httpsGet(t, mtls.HTTPAddr(), "/metrics", p.clientTLS(p.client))
-	if !strings.Contains(body, `sluice_tls_handshake_failures_total{listener="serve"}`) || strings.Contains(body, `sluice_tls_handshake_failures_total{listener="serve"} 0`) {
-		t.Errorf("/metrics does not count the failed handshakes:\n%s", grepLines(body, "sluice_tls"))
+	if !strings.Contains(body, `sluice_tls_handshake_failures_total{listener="grpc"}`) || strings.Contains(body, `sluice_tls_handshake_failures_total{listener="grpc"} 0`) {
+		t.Errorf("/metrics does not count the failed handshakes of the gRPC listener:\n%s", grepLines(body, "sluice_tls"))
 	}
-	if !strings.Contains(body, `sluice_tls_certificate_expiry_timestamp_seconds{listener="serve"}`) {
+	if !strings.Contains(body, `sluice_tls_certificate_expiry_timestamp_seconds{certificate="serve"}`) {
 		t.Errorf("/metrics lacks the certificate's expiry:\n%s", grepLines(body, "sluice_tls"))
+	}
+	refusals := grepLines(logs.String(), "TLS handshake refused")
+	if n := strings.Count(refusals, "\n") + 1; refusals == "" || n != 1 || !strings.Contains(refusals, `"listener":"grpc"`) || strings.Contains(refusals, "127.0.0.1") {
+		t.Errorf("the log of the refused handshakes (want one line, for the gRPC listener, without an address):\n%s", logs.String())
 	}
 }
 

@@ -2,32 +2,27 @@ package tlsconfig
 
 import (
 	"context"
+	"errors"
 	"log"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"time"
 )
 
-// handshakeLogEvery is how often at most a failed TLS handshake is logged:
-// a scanner or a client without a certificate under mTLS fails them by
-// the thousand.
+// handshakeLogEvery is how often at most a listener's failed TLS
+// handshakes are logged: a scanner or a client without a certificate
+// under mTLS fails them by the thousand.
 const handshakeLogEvery = time.Minute
 
-// HTTPErrorLog returns the ErrorLog for an http.Server. net/http writes a
-// line for every client whose TLS handshake fails ("http: TLS handshake
-// error from ADDR: REASON"), and one for a panic in a handler ("http:
-// panic serving ADDR: ..."), each with the client's address — an identity
-// sluice keeps out of its logs. Through this logger a failed handshake is
-// counted (failed, when not nil, is called for each: a metric) and logged
-// at most once a minute, at Warn, with its reason and how many failed
-// since the last line, never the address; every other line is logged at
-// Warn with any client address cut out. Safe for concurrent use.
-func HTTPErrorLog(logger *slog.Logger, listener string, failed func()) *log.Logger {
-	return log.New(&errorLog{log: logger, listener: listener, failed: failed}, "", 0)
-}
-
-type errorLog struct {
+// Handshakes counts and logs a listener's failed TLS handshakes, for its
+// HTTP server (HTTPErrorLog) or its gRPC credentials: each is counted
+// (the Options' Failed, a metric), and one a minute at most is logged, at
+// Warn, with its reason and how many failed since the last line — never
+// the client's address, an identity sluice keeps out of its logs. Safe
+// for concurrent use.
+type Handshakes struct {
 	log      *slog.Logger
 	listener string
 	failed   func()
@@ -37,10 +32,71 @@ type errorLog struct {
 	skipped int
 }
 
+// NewHandshakes returns the Handshakes of listener, logging to logger and
+// calling failed (when not nil) for each failure.
+func NewHandshakes(logger *slog.Logger, listener string, failed func()) *Handshakes {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &Handshakes{log: logger, listener: listener, failed: failed}
+}
+
+// Failed counts a failed handshake, and logs it unless one was logged
+// within the minute.
+func (h *Handshakes) Failed(err error) {
+	if h.failed != nil {
+		h.failed()
+	}
+	h.mu.Lock()
+	now := time.Now()
+	if !h.last.IsZero() && now.Sub(h.last) < handshakeLogEvery {
+		h.skipped++
+		h.mu.Unlock()
+		return
+	}
+	skipped := h.skipped
+	h.last, h.skipped = now, 0
+	h.mu.Unlock()
+	h.log.LogAttrs(context.Background(), slog.LevelWarn, "TLS handshake refused", slog.String("listener", h.listener),
+		slog.String("reason", reasonOf(err)), slog.Int("more_since_last_line", skipped))
+}
+
+// reasonOf is a handshake's error without the connection's addresses
+// (a net.OpError names both ends).
+func reasonOf(err error) string {
+	var op *net.OpError
+	for errors.As(err, &op) && op.Err != nil {
+		if op.Op == "remote error" {
+			return "remote error: " + op.Err.Error()
+		}
+		err = op.Err
+	}
+	return err.Error()
+}
+
+// HTTPErrorLog returns the ErrorLog for an http.Server. net/http writes a
+// line for every client whose TLS handshake fails ("http: TLS handshake
+// error from ADDR: REASON"), and one for a panic in a handler ("http:
+// panic serving ADDR: ..."), each with the client's address. Through this
+// logger a failed handshake goes to hs (counted, logged once a minute at
+// most, without the address; dropped when hs is nil); every other line is
+// logged at Warn with any client address cut out.
+func HTTPErrorLog(logger *slog.Logger, listener string, hs *Handshakes) *log.Logger {
+	return log.New(&errorLog{log: logger, listener: listener, hs: hs}, "", 0)
+}
+
+type errorLog struct {
+	log      *slog.Logger
+	listener string
+	hs       *Handshakes
+}
+
 func (e *errorLog) Write(p []byte) (int, error) {
 	line := strings.TrimRight(string(p), "\n")
 	if rest, ok := strings.CutPrefix(line, "http: TLS handshake error from "); ok {
-		e.handshake(afterAddr(rest))
+		if e.hs != nil {
+			e.hs.Failed(errors.New(afterAddr(rest)))
+		}
 		return len(p), nil
 	}
 	if rest, ok := strings.CutPrefix(line, "http: panic serving "); ok {
@@ -56,22 +112,4 @@ func afterAddr(s string) string {
 		return reason
 	}
 	return ""
-}
-
-func (e *errorLog) handshake(reason string) {
-	if e.failed != nil {
-		e.failed()
-	}
-	e.mu.Lock()
-	now := time.Now()
-	if !e.last.IsZero() && now.Sub(e.last) < handshakeLogEvery {
-		e.skipped++
-		e.mu.Unlock()
-		return
-	}
-	skipped := e.skipped
-	e.last, e.skipped = now, 0
-	e.mu.Unlock()
-	e.log.LogAttrs(context.Background(), slog.LevelWarn, "TLS handshake refused", slog.String("listener", e.listener),
-		slog.String("reason", reason), slog.Int("more_since_last_line", skipped))
 }

@@ -418,22 +418,33 @@ func TestMinVersion(t *testing.T) {
 	}
 }
 
-// net/http's log lines lose the client's address; failed handshakes are
-// counted and logged once a minute at most.
-func TestHTTPErrorLog(t *testing.T) {
+// net/http's log lines lose the client's address; failed handshakes, from
+// HTTP or from gRPC's credentials, are counted and logged once a minute
+// at most, without the addresses of a net.OpError.
+func TestHandshakeLog(t *testing.T) {
 	t.Parallel()
 	var buf bytes.Buffer
 	failed := 0
-	l := tlsconfig.HTTPErrorLog(slog.New(slog.NewTextHandler(&buf, nil)), "http", func() { failed++ })
+	logger := slog.New(slog.NewTextHandler(&buf, nil))
+	hs := tlsconfig.NewHandshakes(logger, "http", func() { failed++ })
+	l := tlsconfig.HTTPErrorLog(logger, "http", hs)
 	for range 3 {
 		l.Printf("http: TLS handshake error from 203.0.113.7:51234: tls: client didn't provide a certificate")
 	}
+	hs.Failed(&net.OpError{Op: "read", Net: "tcp", Source: &net.TCPAddr{IP: net.IPv4(198, 51, 100, 9), Port: 8081},
+		Addr: &net.TCPAddr{IP: net.IPv4(203, 0, 113, 7), Port: 5555}, Err: errors.New("connection reset by peer")})
 	l.Printf("http: panic serving 203.0.113.7:51234: runtime error")
 	l.Printf("http: Accept error: too many open files")
 	out := buf.String()
-	if failed != 3 || strings.Count(out, "TLS handshake refused") != 1 || strings.Contains(out, "203.0.113.7") ||
+	if failed != 4 || strings.Count(out, "TLS handshake refused") != 1 || strings.Contains(out, "203.0.113.7") || strings.Contains(out, "198.51.100.9") ||
 		!strings.Contains(out, "client didn't provide a certificate") || !strings.Contains(out, "panic serving a client: runtime error") ||
 		!strings.Contains(out, "Accept error") {
 		t.Errorf("counted %d; log:\n%s", failed, out)
+	}
+	var one bytes.Buffer
+	tlsconfig.NewHandshakes(slog.New(slog.NewTextHandler(&one, nil)), "grpc", nil).Failed(&net.OpError{Op: "read", Net: "tcp",
+		Addr: &net.TCPAddr{IP: net.IPv4(203, 0, 113, 7), Port: 5555}, Err: errors.New("connection reset by peer")})
+	if !strings.Contains(one.String(), `reason="connection reset by peer"`) || strings.Contains(one.String(), "203.0.113.7") {
+		t.Errorf("a net.OpError: %s", one.String())
 	}
 }

@@ -1,10 +1,12 @@
 // Command rlsload is a closed-loop load generator for rate-limit decision
 // services on loopback: Envoy's RLS v3 (ShouldRateLimit) and gubernator's
-// V1 GetRateLimits, both over insecure gRPC.
+// V1 GetRateLimits, both over gRPC in clear text or, with -ca, over TLS
+// (with -cert and -key, mTLS).
 //
 // c workers each keep one call in flight for -warmup (not recorded) and then
-// for -d; workers share one grpc.ClientConn per 16. Each call carries -batch
-// descriptors whose values are drawn uniformly from -keys distinct values.
+// for -d; workers share one grpc.ClientConn, one HTTP/2 connection, per 16.
+// Each call carries -batch descriptors whose values are drawn uniformly from
+// -keys distinct values.
 // It prints one line:
 //
 //	impl c keys batch calls/s decisions/s p50 p99 errors over% cores
@@ -19,6 +21,7 @@
 //
 //	rlsload -addr 127.0.0.1:8081 -c 64 -keys 10000 -d 10s
 //	rlsload -proto gubernator -addr 127.0.0.1:1051 -c 64 -batch 16
+//	rlsload -addr 127.0.0.1:8081 -ca ca.pem -cert client.pem -key client-key.pem
 package main
 
 import (
@@ -38,7 +41,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 )
 
 func main() {
@@ -71,13 +73,17 @@ type options struct {
 	header     bool
 	minOver    float64
 	pids       []int
+	ca         string
+	serverName string
+	cert       string
+	key        string
 }
 
 func parse(args []string, stderr io.Writer) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("rlsload", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.addr, "addr", "127.0.0.1:8081", "server `host:port` (gRPC, insecure)")
+	fs.StringVar(&o.addr, "addr", "127.0.0.1:8081", "server `host:port` (gRPC; clear text unless -ca)")
 	fs.StringVar(&o.proto, "proto", "rls", "`protocol`: rls (Envoy RLS v3 ShouldRateLimit) or gubernator (V1 GetRateLimits)")
 	fs.StringVar(&o.impl, "impl", "", "label for the impl column (default: the protocol)")
 	fs.IntVar(&o.c, "c", 16, "concurrent workers, each with one call in flight")
@@ -92,6 +98,10 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.header, "header", false, "print the column header first")
 	pids := fs.String("pid", "", "comma-separated `pids` of the server (and its store), to report their CPU use (Linux)")
 	fs.Float64Var(&o.minOver, "min-over", 0, "fail unless at least this `percent` of decisions were OVER_LIMIT (a check that the server counts)")
+	fs.StringVar(&o.ca, "ca", "", "speak TLS, verifying the server's certificate against the CAs of this PEM `file` (default: clear text)")
+	fs.StringVar(&o.serverName, "server-name", "", "the `name` the server's certificate must hold (default: the host of -addr)")
+	fs.StringVar(&o.cert, "cert", "", "a client certificate's PEM `file`, for a server that asks for one (mTLS; needs -ca)")
+	fs.StringVar(&o.key, "key", "", "the PEM `file` of -cert's key")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -119,7 +129,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	case slices.Contains(o.descriptor, ""):
 		return o, fmt.Errorf("-descriptor %q has an empty key", *desc)
 	}
-	return o, nil
+	return o, checkTLSFlags(o)
 }
 
 // caller makes one call of batch descriptors with the given key indexes and
@@ -154,10 +164,21 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	creds, err := transportCredentials(o)
+	if err != nil {
+		return err
+	}
+	// Connections: ceil(c/16) ClientConns (1 at c ≤ 16, 4 at c = 64), each
+	// one HTTP/2 connection to the one address (pick_first), its TCP and TLS
+	// handshakes done once, by waitReady, before the warm-up; every call
+	// after that, warm-up and measurement, is a stream on one of them. The
+	// server closes none (sluice: only after minutes idle), so a TLS point
+	// measures TLS's steady cost, records and their encryption, and no
+	// handshake.
 	nconn := (o.c + 15) / 16
 	conns := make([]*grpc.ClientConn, nconn)
 	for i := range conns {
-		cc, err := grpc.NewClient(o.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		cc, err := grpc.NewClient(o.addr, grpc.WithTransportCredentials(creds))
 		if err != nil {
 			return fmt.Errorf("dial %s: %w", o.addr, err)
 		}
@@ -165,8 +186,10 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		conns[i] = cc
 	}
 	mk := newCaller(o)
-	if err := waitReady(ctx, mk(conns[0]), o); err != nil {
-		return err
+	for _, cc := range conns {
+		if err := waitReady(ctx, mk(cc), o); err != nil {
+			return err
+		}
 	}
 
 	start := time.Now()
@@ -215,10 +238,10 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		overPct = 100 * float64(total.over) / float64(total.decisions)
 	}
 	if o.header {
-		fmt.Fprintf(stdout, "%-12s %3s %6s %5s %10s %12s %9s %9s %7s %6s  %s\n",
+		fmt.Fprintf(stdout, "%-15s %3s %6s %5s %10s %12s %9s %9s %7s %6s  %s\n",
 			"impl", "c", "keys", "batch", "calls/s", "decisions/s", "p50", "p99", "errors", "over%", "cores srv/load/others")
 	}
-	fmt.Fprintf(stdout, "%-12s %3d %6d %5d %10.0f %12.0f %9s %9s %7d %6.2f  %s\n",
+	fmt.Fprintf(stdout, "%-15s %3d %6d %5d %10.0f %12.0f %9s %9s %7d %6.2f  %s\n",
 		o.impl, o.c, o.keys, o.batch,
 		float64(total.calls-total.errs)/secs, float64(total.decisions)/secs,
 		fmtDur(quantile(total.lat, 0.50)), fmtDur(quantile(total.lat, 0.99)),
@@ -235,7 +258,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	return nil
 }
 
-// waitReady retries one call until it succeeds or o.wait passes.
+// waitReady retries one call until it succeeds or o.wait passes; a failed
+// TLS handshake ends it at once.
 func waitReady(ctx context.Context, c caller, o options) error {
 	deadline := time.Now().Add(o.wait)
 	keys := make([]int, o.batch)
@@ -246,8 +270,11 @@ func waitReady(ctx context.Context, c caller, o options) error {
 		if err == nil {
 			return nil
 		}
+		if notHealing(err) {
+			return fmt.Errorf("%s at %s: %w%s", o.proto, o.addr, err, tlsHint(o, err))
+		}
 		if ctx.Err() != nil || time.Now().After(deadline) {
-			return fmt.Errorf("%s at %s not ready after %v: %w", o.proto, o.addr, o.wait, err)
+			return fmt.Errorf("%s at %s not ready after %v: %w%s", o.proto, o.addr, o.wait, err, tlsHint(o, err))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
