@@ -332,7 +332,7 @@ func (c *Conn) dial(ctx context.Context, dst string, d *net.Dialer, tlsCfg *tls.
 	tc := tls.Client(nc, tlsconfigForHost(tlsCfg, host))
 	if err := tc.HandshakeContext(ctx); err != nil {
 		nc.Close()
-		if refused := tlsRefusal(dst, err); refused != nil {
+		if refused := tlsRefusal(dst, err, tlsCfg.RootCAs == nil); refused != nil {
 			return nil, refused
 		}
 		if errors.Is(err, context.DeadlineExceeded) {

@@ -22,12 +22,12 @@ import (
 // does not heal these, unlike a Redis that is not up yet: Dial returns
 // them, and a Conn that meets one later keeps reporting it (the store's
 // failure policy decides meanwhile).
-var ErrMisconfigured = errors.New("Redis refuses this configuration")
+var ErrMisconfigured = errors.New("configuration refused by Redis")
 
 // misconfigured wraps a refusal with ErrMisconfigured, a hint and where it
 // happened.
-func misconfigured(addr, what string, err error) error {
-	return fmt.Errorf("%w: %s at %s: %s", ErrMisconfigured, what, addr, hint(err))
+func misconfigured(addr, what string, err error, systemRoots bool) error {
+	return fmt.Errorf("%w: %s at %s: %s", ErrMisconfigured, what, addr, hint(err, systemRoots))
 }
 
 // probe opens one connection to addr and checks, before rueidis is asked
@@ -76,7 +76,7 @@ func (c *Conn) probe(ctx context.Context, addr string, user, password string, db
 // once may be a TLS port, which the error says.
 func (c *Conn) readFailure(addr string, err error) error {
 	if c.opts.TLS != nil {
-		if refused := tlsRefusal(addr, err); refused != nil {
+		if refused := tlsRefusal(addr, err, c.opts.TLS.RootCAs == nil); refused != nil {
 			return refused
 		}
 		return err
@@ -209,8 +209,9 @@ func (c *Conn) dialProbe(ctx context.Context, addr string) (net.Conn, error) {
 // tlsRefusal says what a failed TLS handshake means: a refusal of the
 // configuration (a certificate not trusted or not for this name, a server
 // that does not speak TLS, a server that refused this client's
-// certificate) or a connection that failed on the way (nil).
-func tlsRefusal(addr string, err error) error {
+// certificate) or a connection that failed on the way (nil). systemRoots:
+// the server was verified against the system's roots, not a CA file.
+func tlsRefusal(addr string, err error, systemRoots bool) error {
 	var (
 		verify   *tls.CertificateVerificationError
 		unknown  x509.UnknownAuthorityError
@@ -221,17 +222,17 @@ func tlsRefusal(addr string, err error) error {
 	)
 	switch {
 	case errors.As(err, &verify), errors.As(err, &unknown), errors.As(err, &hostname), errors.As(err, &invalid):
-		return misconfigured(addr, "the TLS handshake with Redis", err)
+		return misconfigured(addr, "the TLS handshake with Redis", err, systemRoots)
 	case errors.As(err, &record):
 		return fmt.Errorf("%w: Redis at %s does not speak TLS (%v): connect without TLS, or to its tls-port", ErrMisconfigured, addr, err)
 	case errors.As(err, &op) && op.Op == "remote error":
-		return misconfigured(addr, "the TLS handshake with Redis", err)
+		return misconfigured(addr, "the TLS handshake with Redis", err, systemRoots)
 	}
 	return nil
 }
 
 // hint adds what to check to a TLS refusal.
-func hint(err error) string {
+func hint(err error, systemRoots bool) string {
 	var (
 		unknown  x509.UnknownAuthorityError
 		hostname x509.HostnameError
@@ -240,6 +241,8 @@ func hint(err error) string {
 	)
 	msg := err.Error()
 	switch {
+	case errors.As(err, &unknown) && systemRoots:
+		return msg + " (no CA of the system's roots signed Redis's certificate: give the CA file of the CA that did)"
 	case errors.As(err, &unknown):
 		return msg + " (the CA file does not hold the CA that signed Redis's certificate)"
 	case errors.As(err, &hostname):

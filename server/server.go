@@ -393,7 +393,7 @@ func (s *Server) openStore() (sluice.Limiter, error) {
 	// configuration is a start failure.
 	conn, err := redisstore.Dial(dial)
 	if err != nil {
-		return nil, fmt.Errorf("server: %w", err)
+		return nil, err // redisstore's, which says what Redis refused
 	}
 	s.closers = append(s.closers, conn.Close)
 	st, err := redisstore.New(redisstore.Options{Client: conn, Policy: s.opts.RedisPolicy, Timeout: s.opts.RedisTimeout, KeyHMAC: s.opts.KeyHMAC, Logger: s.log,

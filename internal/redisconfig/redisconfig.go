@@ -119,7 +119,7 @@ func (c Connection) Validate() error {
 	}
 	if s := c.Sentinel; s != nil {
 		if len(c.Addrs) > 0 {
-			return fieldErr(errors.New("Redis's addresses and a Sentinel are both given: give one (with a Sentinel, the Sentinels name the master)"), "sentinel")
+			return fieldErr(errors.New("addresses and a Sentinel are both given: give one (with a Sentinel, the Sentinels name the master)"), "sentinel")
 		}
 		if s.Master == "" {
 			return fieldErr(errors.New("the master's name under the Sentinels (sentinel monitor NAME …) is required"), "sentinel", "master")

@@ -65,7 +65,10 @@ func StartSentinels(t testing.TB, opts SentinelOptions) *Sentinels {
 		for {
 			out, _ := sn.cli("SENTINEL", "REPLICAS", opts.Name)
 			master, _ := sn.cli("SENTINEL", "GET-MASTER-ADDR-BY-NAME", opts.Name)
-			if strings.Contains(out, strconv.Itoa(s.Replica.port)) && strings.Contains(master, strconv.Itoa(s.Master.port)) {
+			// The replica known, in sync (a failover needs one), and the
+			// master named.
+			if strings.Contains(out, strconv.Itoa(s.Replica.port)) && strings.Contains(out, "master-link-status\nok") &&
+				strings.Contains(master, strconv.Itoa(s.Master.port)) {
 				break
 			}
 			if time.Now().After(deadline) {
@@ -109,10 +112,19 @@ func (s *Sentinels) MasterAddr() string {
 func (s *Sentinels) Failover() string {
 	s.t.Helper()
 	before := s.MasterAddr()
-	if out, err := s.sentinels[0].cli("SENTINEL", "FAILOVER", s.opts.Name); err != nil || !strings.Contains(out, "OK") {
-		s.t.Fatalf("SENTINEL FAILOVER: %v: %s", err, out)
-	}
 	deadline := time.Now().Add(30 * time.Second)
+	for {
+		// NOGOODSLAVE: the Sentinel has not seen the replica's last INFO
+		// yet; it asks every 10 s at most, or 1 s during a failover.
+		out, err := s.sentinels[0].cli("SENTINEL", "FAILOVER", s.opts.Name)
+		if err == nil && strings.Contains(out, "OK") {
+			break
+		}
+		if time.Now().After(deadline) || !strings.Contains(out, "NOGOODSLAVE") {
+			s.t.Fatalf("SENTINEL FAILOVER: %v: %s", err, out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	for {
 		if after := s.MasterAddr(); after != before {
 			return after

@@ -42,6 +42,8 @@ type Summary struct {
 	// Warnings are what will not stop TLS but may soon, or for some
 	// clients: an expiry within 14 days, no subject alternative name.
 	Warnings []string `json:"warnings,omitempty"`
+
+	clientCAs bool // CAFile is a listener's client CA
 }
 
 // String is the summary in one line.
@@ -55,7 +57,11 @@ func (s Summary) String() string {
 		parts = append(parts, fmt.Sprintf("%s (%s), valid until %s", s.CertFile, who, s.NotAfter.UTC().Format(time.RFC3339)))
 	}
 	if s.CAFile != "" {
-		parts = append(parts, fmt.Sprintf("CA %s (%d certificate(s))", s.CAFile, s.CAs))
+		what := "CA"
+		if s.clientCAs {
+			what = "client CA"
+		}
+		parts = append(parts, fmt.Sprintf("%s %s (%d certificate(s))", what, s.CAFile, s.CAs))
 	}
 	for _, w := range s.Warnings {
 		parts = append(parts, "warning: "+w)
@@ -99,7 +105,7 @@ func (s Server) load(now time.Time) (*material, error) {
 			return nil, err
 		}
 		m.pool = pool
-		m.summary.CAFile, m.summary.CAs = s.ClientCAFile, n
+		m.summary.CAFile, m.summary.CAs, m.summary.clientCAs = s.ClientCAFile, n, true
 		m.summary.Warnings = append(m.summary.Warnings, warnings...)
 	}
 	return m, nil

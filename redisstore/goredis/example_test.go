@@ -3,10 +3,12 @@ package goredis_test
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -74,4 +76,49 @@ func ExampleNew_redisUnreachable() {
 	// api: false 0 <nil>
 	// login: false 1s <nil>
 	// unreachable: true fail_local: 3 fail_closed: 1
+}
+
+// The store on a go-redis client that finds the master through Redis
+// Sentinel, over TLS, as an ACL user — what sluice serve's
+// --redis-sentinel-*, --redis-username, --redis-password-file and
+// --redis-tls-ca-file say, in go-redis's options — refusing at start a
+// configuration Redis refuses. Compiled, not run: it needs a Sentinel
+// setup (TestSentinel runs the same client against one).
+func ExampleNew_sentinel() {
+	password, err := os.ReadFile("/run/secrets/redis-password")
+	if err != nil {
+		panic(err)
+	}
+	caPEM, err := os.ReadFile("/etc/redis/tls/ca.crt")
+	if err != nil {
+		panic(err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(caPEM) {
+		panic("no certificate in /etc/redis/tls/ca.crt")
+	}
+	client := redis.NewFailoverClient(&redis.FailoverOptions{
+		MasterName:            "sluice",
+		SentinelAddrs:         []string{"10.0.0.1:26379", "10.0.0.2:26379", "10.0.0.3:26379"},
+		SentinelPassword:      os.Getenv("SENTINEL_PASSWORD"),
+		Username:              "sluice",
+		Password:              strings.TrimSpace(string(password)),
+		TLSConfig:             &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12},
+		DialTimeout:           time.Second,
+		ContextTimeoutEnabled: true,
+	})
+	defer client.Close()
+	// What waiting does not heal stops the program; a Redis that is not up
+	// yet is left to the failure policy.
+	if err := client.Ping(context.Background()).Err(); err != nil {
+		var cert *tls.CertificateVerificationError
+		if redis.HasErrorPrefix(err, "WRONGPASS") || redis.HasErrorPrefix(err, "NOAUTH") || redis.HasErrorPrefix(err, "NOPERM") || errors.As(err, &cert) {
+			panic(err)
+		}
+	}
+	store, err := redisscript.New(redisscript.Options{Client: goredis.New(client), Policy: sluice.FailLocal, Instances: 3})
+	if err != nil {
+		panic(err)
+	}
+	defer store.Close()
 }

@@ -12,9 +12,34 @@
 //	store, err := redisscript.New(redisscript.Options{Client: goredis.New(client)})
 //
 // Everything about the connection is go-redis's, set on the client you
-// pass: the address (or a Cluster's, with redis.NewClusterClient), the
-// user and password, TLS, pool sizes, dial and read timeouts. Set
-// ContextTimeoutEnabled: without it go-redis bounds a call by its own
+// pass. What redisstore.DialOptions (and sluice serve's --redis-* flags,
+// the gateway's store.redis) say, a go-redis program says so:
+//
+//   - an ACL user and its password: Options.Username and Options.Password
+//     (read them from a file or the environment, never a literal);
+//   - a database: Options.DB (a single node only);
+//   - TLS: Options.TLSConfig, with RootCAs from the CA file
+//     (x509.CertPool.AppendCertsFromPEM), Certificates for a client
+//     certificate (tls.LoadX509KeyPair), ServerName when the certificate
+//     does not hold the host dialled, MinVersion tls.VersionTLS12; never
+//     InsecureSkipVerify;
+//   - Sentinel: redis.NewFailoverClient(&redis.FailoverOptions{MasterName,
+//     SentinelAddrs, SentinelUsername, SentinelPassword, Username,
+//     Password, DB, TLSConfig}), which follows failovers;
+//   - a Cluster: redis.NewClusterClient(&redis.ClusterOptions{Addrs, …});
+//   - the connect timeout: Options.DialTimeout (go-redis's default 5 s);
+//     the command timeout is the store's Options.Timeout, with
+//     ContextTimeoutEnabled (below).
+//
+// One thing go-redis does not do that redisstore.Dial does: refuse at
+// start a configuration Redis refuses (a wrong password, an unknown
+// user, a CA that did not sign Redis's certificate), which waiting does not
+// heal. Call client.Ping once before serving and stop on an error that
+// is not a connection's: redis.HasErrorPrefix(err, "WRONGPASS"),
+// "NOAUTH" or "NOPERM", or a *tls.CertificateVerificationError.
+// ExampleNew_sentinel shows it.
+//
+// Set ContextTimeoutEnabled: without it go-redis bounds a call by its own
 // ReadTimeout (3 s by default), not by the store's Options.Timeout (50 ms),
 // so a Redis that stops answering holds each decision for seconds before
 // the failure policy decides.

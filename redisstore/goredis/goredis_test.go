@@ -188,3 +188,51 @@ func TestTimeoutBoundsACall(t *testing.T) {
 		})
 	}
 }
+
+// A go-redis client on Sentinel, with Redis's and the Sentinels'
+// passwords — the options the package doc maps from sluice's: the store
+// decides on the master (a quota of 2 from Redis), follows a failover, and
+// a wrong password is an error Ping reports with WRONGPASS, which the
+// example stops on.
+func TestSentinel(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a Sentinel setup")
+	}
+	t.Parallel()
+	const password, sentinelPassword = "goredis-redis-pass-1a", "goredis-sentinel-pass-2b"
+	s := redistest.StartSentinels(t, redistest.SentinelOptions{Password: password, SentinelPassword: sentinelPassword})
+	opts := func(pw string) *redis.FailoverOptions {
+		return &redis.FailoverOptions{MasterName: s.Name(), SentinelAddrs: s.Addrs(), SentinelPassword: sentinelPassword,
+			Password: pw, DialTimeout: time.Second, ContextTimeoutEnabled: true}
+	}
+	wrong := redis.NewFailoverClient(opts("not-the-password"))
+	defer wrong.Close()
+	if err := wrong.Ping(ctx).Err(); !redis.HasErrorPrefix(err, "WRONGPASS") {
+		t.Fatalf("Ping with a wrong password: %v; want WRONGPASS", err)
+	}
+	rc := redis.NewFailoverClient(opts(password))
+	defer rc.Close()
+	if err := rc.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	store := newStore(t, redisscript.Options{Client: goredis.New(rc), Policy: sluice.FailClosed, Timeout: 500 * time.Millisecond, BreakerCooldown: 50 * time.Millisecond})
+	limit := sluice.Limit{Name: "goredis-sentinel", Quota: 2, Window: time.Hour}
+	key := strconv.FormatInt(time.Now().UnixNano(), 36)
+	for i := range 3 {
+		if d, err := store.Allow(ctx, key, limit, 1); err != nil || d.Allowed != (i < 2) {
+			t.Fatalf("call %d: %+v, %v; want exactly 2 allowed", i, d, err)
+		}
+	}
+	s.Failover()
+	deadline := time.Now().Add(10 * time.Second)
+	for i := 0; ; i++ {
+		d, err := store.Allow(ctx, key+"-after-"+strconv.Itoa(i), limit, 1)
+		if err == nil && d.Allowed {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no decision on Redis 10 s after the failover: %+v, %v", d, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
