@@ -136,14 +136,10 @@ func Read(src Source, rule Rule) (string, error) {
 	return v, nil
 }
 
-// readFile reads a regular file of at most MaxFileSize bytes.
+// readFile reads a regular file of at most MaxFileSize bytes. It looks
+// before it opens: opening a named pipe blocks until someone writes to it.
 func readFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
+	fi, err := os.Stat(path)
 	if err != nil {
 		return nil, err
 	}
@@ -153,6 +149,11 @@ func readFile(path string) ([]byte, error) {
 	if !fi.Mode().IsRegular() {
 		return nil, errNotRegular
 	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
 	b, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
 	if err != nil {
 		return nil, err

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -55,6 +56,10 @@ func TestReadRefuses(t *testing.T) {
 	t.Setenv("SLUICE_TEST_SHORT", "short-value")
 	dir := t.TempDir()
 	big := write(t, strings.Repeat("x", secret.MaxFileSize+1))
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		name  string
 		src   secret.Source
@@ -69,6 +74,8 @@ func TestReadRefuses(t *testing.T) {
 			[]string{"admin token (file " + dir + "): a directory, not a file"}, nil, ""},
 		{"a device", secret.Source{File: "/dev/zero"}, secret.KeyHMAC,
 			[]string{"key HMAC secret (file /dev/zero): not a regular file"}, nil, ""},
+		{"a named pipe (opening it would block)", secret.Source{File: fifo}, secret.RedisPassword,
+			[]string{"Redis password (file " + fifo + "): not a regular file"}, nil, ""},
 		{"too large", secret.Source{File: big}, secret.RedisPassword,
 			[]string{"larger than 65536 bytes: not a secret"}, nil, ""},
 		{"empty file", secret.Source{File: write(t, "")}, secret.RedisPassword,

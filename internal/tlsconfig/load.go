@@ -160,14 +160,18 @@ func readPEM(path, field string) ([]byte, []*pem.Block, error) {
 	fail := func(err error, reason string) ([]byte, []*pem.Block, error) {
 		return nil, nil, &Error{Field: field, File: path, Reason: reason, Err: err}
 	}
+	// Look before opening: opening a named pipe blocks until someone
+	// writes to it.
+	if fi, err := os.Stat(path); err != nil {
+		return fail(err, fileReason(err))
+	} else if !fi.Mode().IsRegular() {
+		return fail(nil, "not a regular file")
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return fail(err, fileReason(err))
 	}
 	defer f.Close()
-	if fi, err := f.Stat(); err == nil && !fi.Mode().IsRegular() {
-		return fail(nil, "not a regular file")
-	}
 	b, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
 	if err != nil {
 		return fail(err, fileReason(err))

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -57,6 +58,10 @@ func TestServerCheck(t *testing.T) {
 	encrypted := writeFile(t, dir, "encrypted.key", pem.EncodeToMemory(&pem.Block{Type: "ENCRYPTED PRIVATE KEY", Bytes: []byte("x")}))
 	expiredCA := writeFile(t, dir, "expired-ca.crt", certtest.NewCAUntil(t, "expired CA", time.Now().Add(-time.Hour)).PEM)
 	missing := filepath.Join(dir, "missing.crt")
+	fifo := filepath.Join(dir, "fifo.crt")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
 
 	if sum, err := (tlsconfig.Server{CertFile: cert, KeyFile: key, ClientCAFile: caFile}).Check(time.Now()); err != nil {
 		t.Fatalf("a good pair and CA: %v", err)
@@ -75,6 +80,7 @@ func TestServerCheck(t *testing.T) {
 		{"TLS 1.1", tlsconfig.Server{CertFile: cert, KeyFile: key, MinVersion: "1.1"}, "min_version", `min_version: "1.1": 1.2 or 1.3`},
 		{"missing certificate", tlsconfig.Server{CertFile: missing, KeyFile: key}, "cert_file", "certificate file " + missing + ": no such file"},
 		{"a directory", tlsconfig.Server{CertFile: dir, KeyFile: key}, "cert_file", "certificate file " + dir + ": not a regular file"},
+		{"a named pipe (opening it would block)", tlsconfig.Server{CertFile: fifo, KeyFile: key}, "cert_file", "certificate file " + fifo + ": not a regular file"},
 		{"empty certificate", tlsconfig.Server{CertFile: empty, KeyFile: key}, "cert_file", "certificate file " + empty + ": no certificate in it (a PEM CERTIFICATE block; found no PEM data)"},
 		{"swapped", tlsconfig.Server{CertFile: key, KeyFile: cert}, "cert_file", "certificate file " + key + ": no certificate in it, but a private key: are the certificate and key files swapped?"},
 		{"a certificate as key", tlsconfig.Server{CertFile: cert, KeyFile: cert}, "key_file", "key file " + cert + ": no private key in it, but a certificate"},
