@@ -4,8 +4,10 @@ GO        ?= go
 TOOL      := $(GO) tool -modfile=tools/go.mod
 FUZZTIME  ?= 30s
 FUZZ_PKGS ?= ./...
-# The parsers of what arrives from the network, fuzzed in CI 50 s each.
-EDGE_PKGS := ./clientip ./ratelimitheader ./httplimit ./grpclimit ./gateway ./gateway/config ./rls ./pace
+# The parsers of what arrives from the network (requests, headers,
+# addresses, configuration files, a Redis server's replies), fuzzed in CI
+# 50 s each.
+EDGE_PKGS := ./clientip ./ratelimitheader ./httplimit ./grpclimit ./gateway ./gateway/config ./rls ./pace ./redisstore
 BENCHTIME ?= 1s
 COUNT     ?= 6
 OUT       := bench/out

@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -259,9 +260,13 @@ func hint(err error, systemRoots bool) string {
 // bulk string or array), []any.
 type replyError string
 
-// maxReply bounds a reply's strings and arrays: the probe reads short
-// answers only.
-const maxReply = 4096
+// maxReply bounds a reply's strings and arrays, and maxReplyBytes the
+// whole of it: the probe reads short answers only, and a server that is
+// not Redis gets no more of the process's memory than that.
+const (
+	maxReply      = 4096
+	maxReplyBytes = 64 << 10
+)
 
 // command writes a command in RESP and reads its reply.
 func command(w io.Writer, r *bufio.Reader, args ...string) (any, error) {
@@ -284,7 +289,13 @@ func command(w io.Writer, r *bufio.Reader, args ...string) (any, error) {
 	return readReply(r, 0)
 }
 
+// readReply reads one RESP2 reply, at most maxReplyBytes of it.
 func readReply(r *bufio.Reader, depth int) (any, error) {
+	budget := maxReplyBytes
+	return readBounded(r, depth, &budget)
+}
+
+func readBounded(r *bufio.Reader, depth int, budget *int) (any, error) {
 	line, err := r.ReadSlice('\n')
 	if err != nil {
 		if errors.Is(err, bufio.ErrBufferFull) {
@@ -292,7 +303,10 @@ func readReply(r *bufio.Reader, depth int) (any, error) {
 		}
 		return nil, err
 	}
-	if len(line) < 3 || line[len(line)-2] != '\r' {
+	if *budget -= len(line); *budget < 0 {
+		return nil, errors.New("a reply too large: not Redis")
+	}
+	if len(line) < 3 || line[len(line)-2] != '\r' || bytes.IndexByte(line[:len(line)-2], '\r') >= 0 {
 		return nil, fmt.Errorf("a reply %q: not Redis", line)
 	}
 	kind, body := line[0], string(line[1:len(line)-2])
@@ -312,6 +326,9 @@ func readReply(r *bufio.Reader, depth int) (any, error) {
 			return nil, nil
 		}
 		if kind == '$' {
+			if *budget -= n + 2; *budget < 0 {
+				return nil, errors.New("a reply too large: not Redis")
+			}
 			buf := make([]byte, n+2)
 			if _, err := io.ReadFull(r, buf); err != nil {
 				return nil, err
@@ -321,11 +338,13 @@ func readReply(r *bufio.Reader, depth int) (any, error) {
 		if depth > 2 {
 			return nil, errors.New("a reply nested too deep: not Redis")
 		}
-		items := make([]any, n)
-		for i := range items {
-			if items[i], err = readReply(r, depth+1); err != nil {
+		items := make([]any, 0, min(n, 16))
+		for range n {
+			item, err := readBounded(r, depth+1, budget)
+			if err != nil {
 				return nil, err
 			}
+			items = append(items, item)
 		}
 		return items, nil
 	}
