@@ -24,6 +24,10 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("limits:\n  - &l {name: a, quota: 1, window: 1s}\n  - <<: *l\n    name: b\nrules: [{name: r, quotas: [{limit: b, key: ip}]}]\n"))
 	f.Add([]byte("domain: api\ndescriptors: []\n"))
 	f.Add([]byte("store: {memory: {max_keys: 1.5}}\nserver: {read_timeout: 1d}\n"))
+	f.Add([]byte("tls: {cert_file: a.crt, key_file: a.key, client_ca_file: ca.crt, min_version: '1.3'}\nadmin: {token_env: T, tls: {cert_file: a, key_file: b}}\n" +
+		"store: {kind: redis, redis: {username: u, password_env: P, db: 1, tls: {ca_file: c, server_name: r.internal}, connect_timeout: 2s,\n" +
+		"  sentinel: {master: m, addrs: ['127.0.0.1:26379'], password_file: /p}, key_hmac_env: K}}\nlimits: [{name: a, quota: 1, window: 1s}]\nrules: [{name: r, quotas: [{limit: a, key: ip}]}]\n"))
+	f.Add([]byte("store: {kind: redis, redis: {addrs: ['redis://u:p@h:1'], password: x}}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		_, err := config.Parse("fuzz.yaml", data)
 		if err == nil {
