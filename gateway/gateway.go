@@ -176,7 +176,7 @@ func build(opts Options, connect connector, watch bool) (_ *Gateway, err error) 
 	target, _ := url.Parse(upstream)
 	token, err := secret.Read(cfg.Admin.Token(), secret.AdminToken)
 	if err != nil {
-		return nil, cfg.ErrorAt(secretField("admin.token", cfg.Admin.Token()), err)
+		return nil, cfg.ErrorAt("admin.token_"+cfg.Admin.Token().Kind(), err)
 	}
 	g := &Gateway{log: opts.Logger, shutdown: opts.ShutdownTimeout, cfg: cfg, upstream: upstream}
 	if g.log == nil {
@@ -253,15 +253,6 @@ func build(opts Options, connect connector, watch bool) (_ *Gateway, err error) 
 		ErrorLog:          tlsconfig.HTTPErrorLog(g.log, "admin", adminHandshakes),
 	}
 	return g, nil
-}
-
-// secretField is the field a secret was given in: field_file, or
-// field_env.
-func secretField(field string, src secret.Source) string {
-	if src.File != "" {
-		return field + "_file"
-	}
-	return field + "_env"
 }
 
 // listenerTLS reads a listener's TLS files (nil when it has none), with
@@ -341,7 +332,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	defer func() { stopReloads(); reloads.Wait() }()
 	for _, r := range []*tlsconfig.Reloader{g.tls, g.adminTLS} {
 		if r != nil {
-			reloads.Go(func() { r.Run(rctx) })
+			reloads.Go(func() { _ = r.Run(rctx) }) // nil when rctx ends
 		}
 	}
 	servers := []*http.Server{g.public, g.admin}
@@ -368,6 +359,21 @@ func (g *Gateway) Run(ctx context.Context) error {
 	}
 	g.log.Info("gateway stopped")
 	return errors.Join(err, g.Close())
+}
+
+// ReloadTLS reads the listeners' TLS files again (as a change of the
+// files does): on success the new certificates are in force for new
+// connections; a refusal keeps the ones in force, is logged and counted,
+// and returned. sluice gateway calls it on SIGHUP. Safe for concurrent
+// use; nil without TLS.
+func (g *Gateway) ReloadTLS() error {
+	var err error
+	for _, r := range []*tlsconfig.Reloader{g.tls, g.adminTLS} {
+		if r != nil {
+			err = errors.Join(err, r.Reload())
+		}
+	}
+	return err
 }
 
 // served is a Serve's return as Run reports it: nil for the
@@ -409,7 +415,7 @@ func (g *Gateway) openStore(cfg *config.File, connect connector) (sluice.Limiter
 	r := cfg.Store.Redis
 	keyHMAC, err := secret.Read(r.KeyHMAC(), secret.KeyHMAC)
 	if err != nil {
-		return nil, cfg.ErrorAt(secretField("store.redis.key_hmac", r.KeyHMAC()), err)
+		return nil, cfg.ErrorAt("store.redis.key_hmac_"+r.KeyHMAC().Kind(), err)
 	}
 	dial, err := r.Connection.DialOptions(time.Now())
 	if err != nil {
@@ -559,18 +565,10 @@ func (g *Gateway) describe() description {
 		}
 		d.Listeners[name] = ld
 	}
-	d.Admin.Token = sourceOf(cfg.Admin.Token())
+	d.Admin.Token = cfg.Admin.Token().String()
 	if cfg.Store.Kind == "redis" {
 		rd := cfg.Store.Redis.Connection.Describe(time.Now())
-		d.Store.Redis, d.Store.KeyHMAC = &rd, sourceOf(cfg.Store.Redis.KeyHMAC())
+		d.Store.Redis, d.Store.KeyHMAC = &rd, cfg.Store.Redis.KeyHMAC().String()
 	}
 	return d
-}
-
-// sourceOf says where a secret is kept, "none" for no secret.
-func sourceOf(s secret.Source) string {
-	if s.IsZero() {
-		return "none"
-	}
-	return s.String()
 }

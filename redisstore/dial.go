@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -115,7 +116,10 @@ var ErrNotConnected = errors.New("not connected to Redis yet")
 // back) as it sees a call's. Safe for concurrent use; Close stops the
 // connecting goroutine and closes the client.
 type Conn struct {
-	opts           DialOptions
+	// opts is a pointer so that fmt, printing a Conn, prints its address
+	// and not the passwords in it (an unexported field's String is not
+	// called).
+	opts           *DialOptions
 	maxBackoff     time.Duration
 	connectTimeout time.Duration
 	ctx            context.Context
@@ -147,7 +151,7 @@ func Dial(opts DialOptions) (*Conn, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &Conn{
-		opts: opts, maxBackoff: cmp.Or(opts.MaxBackoff, DefaultMaxBackoff), connectTimeout: cmp.Or(opts.ConnectTimeout, DefaultConnectTimeout),
+		opts: &opts, maxBackoff: cmp.Or(opts.MaxBackoff, DefaultMaxBackoff), connectTimeout: cmp.Or(opts.ConnectTimeout, DefaultConnectTimeout),
 		ctx: ctx, cancel: cancel, done: make(chan struct{}), watchers: map[int]func(error){},
 	}
 	c.opts.Addrs = append([]string(nil), opts.Addrs...)
@@ -186,7 +190,10 @@ func (o DialOptions) validate() error {
 	case o.ConnectTimeout < 0:
 		return fmt.Errorf("redisstore: Dial: ConnectTimeout %v: must not be negative (0 means the default)", o.ConnectTimeout)
 	}
-	for _, a := range append(append([]string(nil), o.Addrs...), s.Addrs...) {
+	for i, a := range append(append([]string(nil), o.Addrs...), s.Addrs...) {
+		if strings.Contains(a, "@") {
+			return fmt.Errorf("redisstore: Dial: address %d: user information in it (not repeated here: it may hold a password); give host:port, and the password in DialOptions.Password", i+1)
+		}
 		if _, _, err := net.SplitHostPort(a); err != nil {
 			return fmt.Errorf("redisstore: Dial: address %q: %w", a, err)
 		}
@@ -270,8 +277,11 @@ func (c *Conn) attempt() (rueidis.Client, error) {
 	}
 	client, err := rueidis.NewClient(opt)
 	if err != nil {
-		if re, ok := rueidis.IsRedisErr(err); ok && !re.IsLoading() && !re.IsTryAgain() {
-			return nil, fmt.Errorf("%w: %v", ErrMisconfigured, err)
+		if re, ok := rueidis.IsRedisErr(err); ok {
+			code, _, _ := strings.Cut(re.Error(), " ")
+			if !transient(code) {
+				return nil, fmt.Errorf("%w: %v", ErrMisconfigured, err)
+			}
 		}
 		return nil, err
 	}

@@ -44,7 +44,7 @@ func (c *Conn) probe(ctx context.Context, addr string, user, password string, db
 	defer nc.Close()
 	r := bufio.NewReaderSize(nc, 512)
 	if password != "" {
-		if err := c.authenticate(nc, r, addr, user, password); err != nil {
+		if err := c.authenticate(nc, r, "Redis", addr, user, password); err != nil {
 			return c.readFailure(addr, err)
 		}
 	}
@@ -57,7 +57,7 @@ func (c *Conn) probe(ctx context.Context, addr string, user, password string, db
 			if strings.Contains(string(msg), "cluster mode") {
 				return fmt.Errorf("%w: database %d at %s: a Redis Cluster has only database 0 (%s)", ErrMisconfigured, db, addr, msg)
 			}
-			return fmt.Errorf("%w: database %d at %s: %s", ErrMisconfigured, db, addr, msg)
+			return refusal("Redis", addr, fmt.Sprintf("SELECT %d (the database)", db), msg, password != "")
 		}
 	}
 	reply, err := command(nc, r, "PING")
@@ -65,7 +65,7 @@ func (c *Conn) probe(ctx context.Context, addr string, user, password string, db
 		return c.readFailure(addr, fmt.Errorf("PING %s: %w", addr, err))
 	}
 	if msg, isErr := reply.(replyError); isErr {
-		return refusal(addr, "PING", msg, password != "")
+		return refusal("Redis", addr, "PING", msg, password != "")
 	}
 	return nil
 }
@@ -88,9 +88,9 @@ func (c *Conn) readFailure(addr string, err error) error {
 	return err
 }
 
-// probeSentinels asks the Sentinels at addrs, one after the other, for
-// the master's address. An unknown master is a refusal only when every
-// Sentinel that answered says so.
+// probeSentinels asks the Sentinels, one after the other, for the
+// master's address. An unknown master is a refusal only when every
+// Sentinel configured says so: one that does not answer may know it.
 func (c *Conn) probeSentinels(ctx context.Context) (string, error) {
 	s := c.opts.Sentinel
 	var errs []error
@@ -124,7 +124,7 @@ func (c *Conn) askSentinel(ctx context.Context, addr string) (string, error) {
 	defer nc.Close()
 	r := bufio.NewReaderSize(nc, 512)
 	if s.Password != "" {
-		if err := c.authenticate(nc, r, addr, s.Username, s.Password); err != nil {
+		if err := c.authenticate(nc, r, "the Sentinel", addr, s.Username, s.Password); err != nil {
 			return "", c.readFailure(addr, err)
 		}
 	}
@@ -134,7 +134,7 @@ func (c *Conn) askSentinel(ctx context.Context, addr string) (string, error) {
 	}
 	switch v := reply.(type) {
 	case replyError:
-		return "", refusal(addr, "SENTINEL GET-MASTER-ADDR-BY-NAME", v, s.Password != "")
+		return "", refusal("the Sentinel", addr, "SENTINEL GET-MASTER-ADDR-BY-NAME", v, s.Password != "")
 	case nil:
 		return "", fmt.Errorf("Sentinel %s: %w %q", addr, errUnknownMaster, s.MasterName)
 	case []any:
@@ -152,7 +152,7 @@ func (c *Conn) askSentinel(ctx context.Context, addr string) (string, error) {
 // authenticate sends AUTH: with a user name (Redis 6 ACLs; "default"
 // without one, as rueidis's HELLO does), or, to a Redis older than 6 that
 // does not take one, the password alone.
-func (c *Conn) authenticate(nc net.Conn, r *bufio.Reader, addr, user, password string) error {
+func (c *Conn) authenticate(nc net.Conn, r *bufio.Reader, who, addr, user, password string) error {
 	name := user
 	if name == "" {
 		name = "default"
@@ -167,29 +167,39 @@ func (c *Conn) authenticate(nc net.Conn, r *bufio.Reader, addr, user, password s
 		}
 	}
 	if msg, isErr := reply.(replyError); isErr {
-		return refusal(addr, "AUTH as "+strconv.Quote(name), msg, true)
+		return refusal(who, addr, "AUTH as "+strconv.Quote(name), msg, true)
 	}
 	return nil
 }
 
-// refusal is an error reply: a refusal of the configuration, or, for the
-// replies that mean "not now" (LOADING, BUSY, MASTERDOWN, TRYAGAIN), a
-// plain error to retry.
-func refusal(addr, what string, msg replyError, authed bool) error {
+// refusal is an error reply of who (Redis, the Sentinel) at addr to
+// what: a refusal of the configuration, or, for a reply that means "not
+// now" (transient), a plain error to retry.
+func refusal(who, addr, what string, msg replyError, authed bool) error {
 	code, _, _ := strings.Cut(string(msg), " ")
-	switch code {
-	case "LOADING", "BUSY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN":
+	switch {
+	case transient(code):
 		return fmt.Errorf("%s at %s: %s", what, addr, msg)
-	case "NOAUTH":
-		if !authed {
-			return fmt.Errorf("%w: Redis at %s asks for a password (%s): give one", ErrMisconfigured, addr, msg)
-		}
-	case "WRONGPASS":
+	case code == "NOAUTH" && !authed:
+		return fmt.Errorf("%w: %s at %s asks for a password (%s): give one", ErrMisconfigured, who, addr, msg)
+	case code == "WRONGPASS":
 		return fmt.Errorf("%w: %s at %s: the user name or the password is wrong (%s)", ErrMisconfigured, what, addr, msg)
-	case "NOPERM":
-		return fmt.Errorf("%w: %s at %s: the user may not run it (%s): see the ACL in docs/stores.md", ErrMisconfigured, what, addr, msg)
+	case code == "NOPERM":
+		return fmt.Errorf("%w: %s at %s: the user may not run it (%s): see the least ACL in docs/production.md", ErrMisconfigured, what, addr, msg)
 	}
 	return fmt.Errorf("%w: %s at %s: %s", ErrMisconfigured, what, addr, msg)
+}
+
+// transient reports whether an error reply's code means "not now": a
+// Redis loading its data, running a slow script, without its master, in
+// a Cluster that is not ready. Every other error reply to the probe's
+// commands refuses the configuration.
+func transient(code string) bool {
+	switch code {
+	case "LOADING", "BUSY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN":
+		return true
+	}
+	return false
 }
 
 // dialProbe connects to addr as rueidis will (the Conn's dialer, TLS

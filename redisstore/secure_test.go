@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -103,7 +104,9 @@ func TestDialAuth(t *testing.T) {
 	srv := redistest.StartServer(t, append([]string{"--requirepass", defaultPassword}, aclUser...)...)
 	a := []string{srv.Addr()}
 	t.Run("requirepass", func(t *testing.T) {
-		decides(t, dialed(t, redisstore.DialOptions{Addrs: a, Password: defaultPassword}))
+		conn := dialed(t, redisstore.DialOptions{Addrs: a, Password: defaultPassword})
+		decides(t, conn)
+		noSecret(t, fmt.Sprintf("%v %+v %#v", conn, conn, conn)) // a Conn printed
 	})
 	t.Run("ACL user", func(t *testing.T) {
 		decides(t, dialed(t, redisstore.DialOptions{Addrs: a, Username: "sluice", Password: aclPassword}))
@@ -124,7 +127,7 @@ func TestDialAuth(t *testing.T) {
 		refused(t, redisstore.DialOptions{Addrs: a}, "asks for a password", "NOAUTH")
 	})
 	t.Run("database out of range", func(t *testing.T) {
-		refused(t, redisstore.DialOptions{Addrs: a, Password: defaultPassword, DB: 99}, "database 99 at "+srv.Addr(), "out of range")
+		refused(t, redisstore.DialOptions{Addrs: a, Password: defaultPassword, DB: 99}, "SELECT 99 (the database) at "+srv.Addr(), "out of range")
 	})
 	t.Run("a user that may not PING", func(t *testing.T) {
 		if out, err := srv.CLI("--no-auth-warning", "-a", defaultPassword, "ACL", "SETUSER", "mute", "on", ">"+aclPassword, "-@all"); err != nil {
@@ -306,4 +309,49 @@ func TestDialRefusesBadSecureOptions(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A Redis busy with a slow script answers BUSY to everything, SELECT
+// included: that is an outage that heals, not a refusal. Dial returns a
+// Conn that connects by itself once the script is killed.
+func TestDialBusyIsNotARefusal(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t, "--busy-reply-threshold", "50")
+	busy := exec.Command("redis-cli", "-p", strings.TrimPrefix(srv.Addr(), "127.0.0.1:"), "EVAL", "while true do end", "0")
+	if err := busy.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Wait()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, _ := srv.CLI("PING")
+		if strings.HasPrefix(out, "BUSY") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Redis not busy after 10 s: %q", out)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	conn, err := redisstore.Dial(redisstore.DialOptions{Addrs: []string{srv.Addr()}, DB: 1, MaxBackoff: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("Dial while Redis is busy: %v; want an outage, not a refusal", err)
+	}
+	defer conn.Close()
+	if conn.Connected() {
+		t.Fatal("connected while Redis is busy")
+	}
+	if _, err := conn.EvalSHA(ctx, "0", nil, nil); !errors.Is(err, redisstore.ErrNotConnected) || !strings.Contains(err.Error(), "BUSY") {
+		t.Fatalf("a call while Redis is busy: %v; want ErrNotConnected saying BUSY", err)
+	}
+	if out, err := srv.CLI("SCRIPT", "KILL"); err != nil || !strings.Contains(out, "OK") {
+		t.Fatalf("SCRIPT KILL: %v %s", err, out)
+	}
+	for !conn.Connected() {
+		if time.Now().After(deadline) {
+			t.Fatal("not connected 10 s after the script was killed")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	decides(t, conn)
 }

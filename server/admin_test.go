@@ -126,7 +126,7 @@ func TestAdminOffWithoutAToken(t *testing.T) {
 		for _, auth := range []string{"", "Bearer " + token} {
 			resp, body := adminGet(t, "http://"+s.AdminAddr()+path, auth)
 			if resp.StatusCode != 403 || resp.Header.Get("WWW-Authenticate") != "" || resp.Header.Get("Content-Type") != "application/json" ||
-				body != `{"error":"admin endpoints are off: no admin token is configured (start sluice serve with --admin-token-file)"}` {
+				body != `{"error":"admin endpoints are off: no admin token is configured (start sluice serve with --admin-token-file or --admin-token-env)"}` {
 				t.Errorf("%s with %q and no token configured: %d %v %s", path, auth, resp.StatusCode, resp.Header, body)
 			}
 		}

@@ -150,6 +150,11 @@ const (
 	ListenerAdmin = "admin"
 )
 
+// IsListener reports whether name is one of the listeners' names.
+func IsListener(name string) bool {
+	return name == ListenerGRPC || name == ListenerHTTP || name == ListenerAdmin
+}
+
 // Server is a decision service with its listeners bound and its store
 // open. Run serves until its context ends.
 type Server struct {
@@ -333,7 +338,7 @@ func (o Options) check() error {
 		return fmt.Errorf("server: TLS: %w", err)
 	}
 	for _, l := range o.ClientAuth {
-		if l != ListenerGRPC && l != ListenerHTTP && l != ListenerAdmin {
+		if !IsListener(l) {
 			return fmt.Errorf("server: Options.ClientAuth: %q: grpc, http or admin", l)
 		}
 	}
@@ -633,7 +638,7 @@ func (s *Server) adminHandler() http.Handler {
 	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	mux.Handle("GET /admin/tenants", s.metrics.TenantsHandler())
 	mux.Handle("POST /admin/tenants/reset", s.metrics.ResetTenantsHandler())
-	return admin.Handler(admin.Options{Token: s.opts.AdminToken, Enable: "start sluice serve with --admin-token-file"}, mux)
+	return admin.Handler(admin.Options{Token: s.opts.AdminToken, Enable: "start sluice serve with --admin-token-file or --admin-token-env"}, mux)
 }
 
 // descriptorOf reads an admin request's descriptor: ?domain= and one

@@ -39,11 +39,11 @@ func (s *Server) watch(ctx context.Context, hup <-chan struct{}) {
 	defer wg.Wait()
 	if s.watcher != nil {
 		wg.Go(func() {
-			s.watcher.Run(ctx, func() { _ = s.Reload() }, func(err error) { s.log.Warn("watching the configuration", "err", err) })
+			_ = s.watcher.Run(ctx, func() { _ = s.Reload() }, func(err error) { s.log.Warn("watching the configuration", "err", err) })
 		})
 	}
 	if s.tls != nil {
-		wg.Go(func() { s.tls.Run(ctx) })
+		wg.Go(func() { _ = s.tls.Run(ctx) }) // nil when ctx ends
 	}
 	for {
 		select {

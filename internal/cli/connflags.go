@@ -12,6 +12,7 @@ import (
 	"github.com/sluicehq/sluice/internal/secret"
 	"github.com/sluicehq/sluice/internal/tlsconfig"
 	"github.com/sluicehq/sluice/redisscript"
+	"github.com/sluicehq/sluice/redisstore"
 	"github.com/sluicehq/sluice/server"
 )
 
@@ -83,11 +84,7 @@ func (s *secretFlags) inline(fs *pflag.FlagSet) error {
 func (s *secretFlags) read(rule secret.Rule) (string, error) {
 	v, err := secret.Read(s.src, rule)
 	if err != nil {
-		flag := "--" + s.name + "-file"
-		if s.src.File == "" {
-			flag = "--" + s.name + "-env"
-		}
-		return "", fmt.Errorf("%s: %w", flag, err)
+		return "", fmt.Errorf("--%s-%s: %w", s.name, s.src.Kind(), err)
 	}
 	return v, nil
 }
@@ -129,7 +126,7 @@ func (c *connFlags) register(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&c.sentinel.Addrs, "redis-sentinel-addrs", nil, "the Sentinels' `HOST:PORT`s, comma-separated, usually on port 26379 (required with --redis-sentinel-master)")
 	fs.StringVar(&c.sentinel.Username, "redis-sentinel-username", "", "the Sentinels' own ACL `USER`, when they ask for one (default: none)")
 	c.sentinelPass.register(fs, "redis-sentinel-password", "the Sentinels' own password", secret.SentinelPassword, "no AUTH")
-	fs.DurationVar((*time.Duration)(&c.redis.ConnectTimeout), "redis-connect-timeout", redisDefaultConnect, "bound one connection attempt to Redis (dial, TLS, AUTH); positive")
+	fs.DurationVar((*time.Duration)(&c.redis.ConnectTimeout), "redis-connect-timeout", redisstore.DefaultConnectTimeout, "bound one connection attempt to Redis (dial, TLS, AUTH); positive")
 	fs.DurationVar(&c.redisTimeout, "redis-timeout", redisscript.DefaultTimeout, "bound each Redis command; past it the limit's failure policy decides; positive")
 	inGroup(fs, groupRedis, "redis", "redis-username", "redis-password-file", "redis-password-env", "redis-db", "redis-tls", "redis-tls-ca-file",
 		"redis-tls-cert-file", "redis-tls-key-file", "redis-tls-server-name", "redis-sentinel-master", "redis-sentinel-addrs", "redis-sentinel-username",
@@ -139,8 +136,6 @@ func (c *connFlags) register(fs *pflag.FlagSet) {
 	c.adminToken.register(fs, "admin-token", "the admin API's bearer token", secret.AdminToken, "the admin API is off and every route answers 403")
 	inGroup(fs, groupSecrets, "key-hmac-file", "key-hmac-env", "admin-token-file", "admin-token-env")
 }
-
-const redisDefaultConnect = time.Second
 
 // redisFlags are the flags that configure the Redis connection: any of
 // them needs --redis or --redis-sentinel-master.
@@ -166,7 +161,7 @@ func (c *connFlags) options(fs *pflag.FlagSet, opts *server.Options) error {
 		return usagef("%s: %v", tlsFlag(err), tlsReason(err))
 	}
 	for _, l := range c.clientAuth {
-		if l != server.ListenerGRPC && l != server.ListenerHTTP && l != server.ListenerAdmin {
+		if !server.IsListener(l) {
 			return usagef("--tls-client-auth %q: grpc, http or admin", l)
 		}
 	}
@@ -215,7 +210,9 @@ func (c *connFlags) connection(fs *pflag.FlagSet) (*redisconfig.Connection, erro
 	conn := c.redis
 	conn.Addrs = c.redisAddrs
 	conn.PasswordFile, conn.PasswordEnv = c.redisPassword.src.File, c.redisPassword.src.Env
-	if c.sentinel.Master != "" || len(c.sentinel.Addrs) > 0 {
+	// Any Sentinel flag makes a Sentinel, which Validate checks whole: a
+	// flag alone is refused, never ignored.
+	if c.sentinel.Master != "" || len(c.sentinel.Addrs) > 0 || c.sentinel.Username != "" || !c.sentinelPass.src.IsZero() {
 		s := c.sentinel
 		s.PasswordFile, s.PasswordEnv = c.sentinelPass.src.File, c.sentinelPass.src.Env
 		conn.Sentinel = &s

@@ -51,17 +51,33 @@ SIGTERM. Check a configuration first with sluice check.`,
 
 // runGateway loads the configuration at path and runs the gateway in
 // front of upstream (the file's when empty) until ctx ends, logging JSON
-// to stderr.
+// to stderr; SIGHUP reloads its TLS files.
 func runGateway(ctx context.Context, path, upstream string, stderr io.Writer) error {
 	cfg, err := config.Load(path)
 	if err != nil {
 		return err
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, nil))
+	hup, stopHangups := hangups(ctx) // before New, which may wait for Redis
+	defer stopHangups()
 	g, err := gateway.New(gateway.Options{Config: cfg, Upstream: upstream, Logger: log})
 	if err != nil {
 		return err
 	}
+	rctx, stopReloads := context.WithCancel(ctx)
+	reloads := make(chan struct{})
+	go func() {
+		defer close(reloads)
+		for {
+			select {
+			case <-rctx.Done():
+				return
+			case <-hup:
+				_ = g.ReloadTLS() // logged by the gateway
+			}
+		}
+	}()
+	defer func() { stopReloads(); <-reloads }()
 	if err := g.Run(ctx); err != nil {
 		log.Error("gateway failed", "err", err)
 		return errReported
@@ -95,6 +111,9 @@ func checkGateway(path string) (string, error) {
 			}
 			lines = append(lines, fmt.Sprintf("  tls (%s): %s; %s", l.name, sum, auth))
 		}
+	}
+	if cfg.TLS.Enabled() && !cfg.Admin.TLS.Enabled() && !cfg.Admin.Token().IsZero() {
+		lines = append(lines, "  warning: the gateway's listener is TLS but the admin listener is clear text: its token travels in clear text (set admin.tls, or keep admin.listen on loopback)")
 	}
 	if cfg.Store.Kind == "redis" {
 		lines = append(lines, "  redis: "+cfg.Store.Redis.Connection.Describe(now).String())

@@ -230,6 +230,9 @@ func TestSecretsNeverShown(t *testing.T) {
 	if s := texts["the password on the command line"]; !strings.Contains(s, "--redis-password: a secret is not given on the command line") {
 		t.Errorf("the password on the command line: %q; want the reason", s)
 	}
+	if s := texts["the admin token on the command line"]; !strings.Contains(s, "--admin-token: a secret is not given on the command line") {
+		t.Errorf("the admin token on the command line: %q; want the reason", s)
+	}
 	if s := texts["a password in the Redis address"]; !strings.Contains(s, "--redis:") {
 		t.Errorf("a password in the Redis address: %q; want it refused", s)
 	}

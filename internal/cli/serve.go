@@ -72,7 +72,7 @@ func (f *serveFlags) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.grpcCallTimeout, "grpc-call-timeout", server.DefaultGRPCCallTimeout, "end a gRPC call with DEADLINE_EXCEEDED this long after it starts if it has not answered (a request message that never comes, or a longer client deadline); a streaming call (health Watch) only until its first message; positive")
 	fs.BoolVar(&f.responseHeaders, "response-headers", false, "ask Envoy to add RateLimit-Policy and RateLimit (draft-11) to responses (default off, as envoyproxy/ratelimit)")
 	inGroup(fs, groupListeners, "config", "http-addr", "grpc-addr", "admin-addr")
-	inGroup(fs, groupLimits, "on-redis-failure", "max-descriptors", "grpc-idle-timeout", "max-connections", "grpc-max-streams", "grpc-call-timeout", "response-headers")
+	inGroup(fs, groupLimits, "max-descriptors", "grpc-idle-timeout", "max-connections", "grpc-max-streams", "grpc-call-timeout", "response-headers")
 	f.conn.register(fs)
 	inGroup(fs, groupRedis, "on-redis-failure")
 }
@@ -118,30 +118,46 @@ func (f *serveFlags) run(ctx context.Context, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	hup, stopHangups := hangups(ctx) // before New, which may wait for Redis
+	defer stopHangups()
 	s, err := server.New(opts)
 	if err != nil {
 		return err
 	}
-	hup := make(chan struct{}, 1)
+	if err := s.Run(ctx, hup); err != nil {
+		log.Error("serve failed", "err", err)
+		return errReported
+	}
+	return nil
+}
+
+// hangups turns SIGHUP into reload requests from now on — so that a
+// SIGHUP during a slow start does not end the process, Go's default — one
+// at most waiting: a burst of signals is one reload. stop stops listening
+// and waits for the goroutine; the channel is never closed.
+func hangups(ctx context.Context) (hup <-chan struct{}, stop func()) {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGHUP)
-	defer signal.Stop(sig)
+	requests := make(chan struct{}, 1)
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
 	go func() {
+		defer close(done)
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-sig:
 				select {
-				case hup <- struct{}{}:
+				case requests <- struct{}{}:
 				default:
 				}
 			}
 		}
 	}()
-	if err := s.Run(ctx, hup); err != nil {
-		log.Error("serve failed", "err", err)
-		return errReported
+	return requests, func() {
+		signal.Stop(sig)
+		cancel()
+		<-done
 	}
-	return nil
 }

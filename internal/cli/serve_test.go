@@ -183,6 +183,8 @@ func TestServeConnectionFlags(t *testing.T) {
 		{[]string{"--redis", "redis://u:" + secret + "@127.0.0.1:6379"}, 2, "--redis: a URL with user information (not repeated here: it may hold a password)"},
 		{[]string{"--redis", "127.0.0.1:6379", "--redis-sentinel-master", "m", "--redis-sentinel-addrs", "127.0.0.1:26379"}, 2, "--redis-sentinel-master: addresses and a Sentinel are both given: give one"},
 		{[]string{"--redis-sentinel-master", "m"}, 2, "--redis-sentinel-addrs: the Sentinels' addresses are required"},
+		{[]string{"--redis", "127.0.0.1:6379", "--redis-sentinel-password-file", missing}, 2, "--redis-sentinel-master: addresses and a Sentinel are both given"},
+		{[]string{"--redis", "127.0.0.1:6379", "--redis-sentinel-username", "bob"}, 2, "--redis-sentinel-master: addresses and a Sentinel are both given"},
 		{[]string{"--redis", "127.0.0.1:6379,127.0.0.1:6380", "--redis-db", "2"}, 2, "--redis-db: 2 with 2 addresses (a Cluster): a Cluster has only database 0"},
 		{[]string{"--redis", "127.0.0.1:6379", "--redis-tls-key-file", otherKey}, 2, "--redis-tls-cert-file: a client key needs its certificate"},
 		{[]string{"--redis", "127.0.0.1:6379", "--redis-tls-server-name", "rediss://x"}, 2, "--redis-tls-server-name: \"rediss://x\": a host name or an IP address"},

@@ -83,11 +83,12 @@ func New(opts Options) (*Watcher, error) {
 	return w, nil
 }
 
-// Run calls changed once per settled change, until ctx ends; watch errors
-// (an event queue overflow) are passed to failed, when it is not nil, and
-// counted as a change (something may have been missed). changed runs on
-// Run's goroutine: a slow one delays the next report, it loses none.
-func (w *Watcher) Run(ctx context.Context, changed func(), failed func(error)) {
+// Run calls changed once per settled change, until ctx ends, and then
+// returns nil; watch errors (an event queue overflow) are passed to
+// failed, when it is not nil, and counted as a change (something may have
+// been missed). changed runs on Run's goroutine: a slow one delays the
+// next report, it loses none.
+func (w *Watcher) Run(ctx context.Context, changed func(), failed func(error)) error {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
@@ -95,7 +96,7 @@ func (w *Watcher) Run(ctx context.Context, changed func(), failed func(error)) {
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case e, ok := <-events:
 			if !ok {
 				events = nil

@@ -71,7 +71,7 @@ func TestReportsChanges(t *testing.T) {
 	changes := make(chan struct{}, 16)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	wg.Go(func() { w.Run(ctx, func() { changes <- struct{}{} }, nil) })
+	wg.Go(func() { _ = w.Run(ctx, func() { changes <- struct{}{} }, nil) })
 	defer wg.Wait()
 	defer cancel()
 

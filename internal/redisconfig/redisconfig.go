@@ -216,13 +216,10 @@ func (c Connection) DialOptions(now time.Time) (redisstore.DialOptions, error) {
 }
 
 func readPassword(file, env string, rule secret.Rule, at []string) (string, error) {
-	p, err := secret.Read(secret.Source{File: file, Env: env}, rule)
+	src := secret.Source{File: file, Env: env}
+	p, err := secret.Read(src, rule)
 	if err != nil {
-		field := "password_file"
-		if file == "" {
-			field = "password_env"
-		}
-		return "", fieldErr(err, append(append([]string(nil), at...), field)...)
+		return "", fieldErr(err, append(append([]string(nil), at...), "password_"+src.Kind())...)
 	}
 	return p, nil
 }
@@ -251,7 +248,7 @@ type SentinelDesc struct {
 // Describe describes c (valid, its files read at now: a file that cannot
 // be read leaves its TLS summary out).
 func (c Connection) Describe(now time.Time) Description {
-	d := Description{Addrs: c.Addrs, Username: c.Username, DB: c.DB, Password: source(c.PasswordFile, c.PasswordEnv),
+	d := Description{Addrs: c.Addrs, Username: c.Username, DB: c.DB, Password: secret.Source{File: c.PasswordFile, Env: c.PasswordEnv}.String(),
 		ConnectTimeout: time.Duration(c.ConnectTimeout).String()}
 	if c.ConnectTimeout == 0 {
 		d.ConnectTimeout = redisstore.DefaultConnectTimeout.String()
@@ -260,7 +257,7 @@ func (c Connection) Describe(now time.Time) Description {
 		d.Addrs = []string{DefaultAddr}
 	}
 	if s := c.Sentinel; s != nil {
-		d.Sentinel = &SentinelDesc{Master: s.Master, Addrs: s.Addrs, Username: s.Username, Password: source(s.PasswordFile, s.PasswordEnv)}
+		d.Sentinel = &SentinelDesc{Master: s.Master, Addrs: s.Addrs, Username: s.Username, Password: secret.Source{File: s.PasswordFile, Env: s.PasswordEnv}.String()}
 	}
 	if c.TLS != nil {
 		sum, _ := c.TLS.Check(now)
@@ -287,19 +284,14 @@ func (d Description) String() string {
 	switch {
 	case d.TLS == nil:
 		b.WriteString(", clear text")
-	case d.TLS.CAFile == "":
+	case d.TLS.CAFile == "" && d.TLS.CertFile == "":
 		b.WriteString(", TLS (the system's roots)")
+	case d.TLS.CAFile == "":
+		b.WriteString(", TLS (the system's roots), client certificate " + d.TLS.String())
+	case d.TLS.CertFile != "":
+		b.WriteString(", TLS, client certificate " + d.TLS.String())
 	default:
 		b.WriteString(", TLS: " + d.TLS.String())
 	}
 	return b.String()
-}
-
-// source says where a password is kept.
-func source(file, env string) string {
-	s := secret.Source{File: file, Env: env}
-	if s.IsZero() {
-		return "none"
-	}
-	return s.String()
 }

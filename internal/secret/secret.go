@@ -18,9 +18,10 @@ package secret
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"strings"
+
+	"github.com/sluicehq/sluice/internal/configfile"
 )
 
 // MaxFileSize is the largest secret file read, in bytes: a larger file is
@@ -57,6 +58,19 @@ func (s Source) String() string {
 	return "none"
 }
 
+// Kind is "file" for a secret kept in a file, "env" for one in an
+// environment variable ("" for none): the suffix of the flag or field
+// that names it (--redis-password-file, password_env).
+func (s Source) Kind() string {
+	switch {
+	case s.File != "":
+		return "file"
+	case s.Env != "":
+		return "env"
+	}
+	return ""
+}
+
 // Rule is what a secret must be, and its name in messages.
 type Rule struct {
 	// What names the secret in errors: "admin token", "Redis password".
@@ -89,9 +103,9 @@ func (e *Error) Error() string {
 // Unwrap returns the cause, or nil.
 func (e *Error) Unwrap() error { return e.Err }
 
-// ErrTooShort is the cause of an Error for a value shorter than its
-// Rule's MinLength, or not one word when the Rule asks for one.
-var ErrTooShort = errors.New("secret too short")
+// ErrRule is the cause of an Error for a value that breaks its Rule:
+// shorter than its MinLength, or not one word when it asks for one.
+var ErrRule = errors.New("the secret breaks its rule")
 
 // Read reads the secret src names, under rule. The zero Source gives ""
 // and no error: no secret (whether one is required is the caller's
@@ -108,9 +122,9 @@ func Read(src Source, rule Rule) (string, error) {
 	case src.File != "" && src.Env != "":
 		return fail(nil, "give a file or an environment variable, not both")
 	case src.File != "":
-		b, err := readFile(src.File)
-		if err != nil {
-			return fail(err, "%s", fileReason(err))
+		b, err := configfile.ReadFile(src.File, MaxFileSize)
+		if fe := (*configfile.FileError)(nil); errors.As(err, &fe) {
+			return fail(fe.Err, "%s", fe.Reason)
 		}
 		raw = string(b)
 	default:
@@ -129,60 +143,11 @@ func Read(src Source, rule Rule) (string, error) {
 	case v == "":
 		return fail(nil, "empty (nothing but white space)")
 	case rule.OneWord && (len(v) < min || strings.ContainsAny(v, " \t\r\n\v\f")):
-		return fail(ErrTooShort, "must be one word of at least %d characters, without white space inside", min)
+		return fail(ErrRule, "must be one word of at least %d characters, without white space inside", min)
 	case len(v) < min:
-		return fail(ErrTooShort, "must be at least %d characters (surrounding white space is not counted)", min)
+		return fail(ErrRule, "must be at least %d characters (surrounding white space is not counted)", min)
 	}
 	return v, nil
-}
-
-// readFile reads a regular file of at most MaxFileSize bytes. It looks
-// before it opens: opening a named pipe blocks until someone writes to it.
-func readFile(path string) ([]byte, error) {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return nil, err
-	}
-	if fi.IsDir() {
-		return nil, errIsDir
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, errNotRegular
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(b) > MaxFileSize {
-		return nil, errTooLarge
-	}
-	return b, nil
-}
-
-var (
-	errIsDir      = errors.New("a directory, not a file")
-	errNotRegular = errors.New("not a regular file (a device, a pipe or a socket)")
-	errTooLarge   = fmt.Errorf("larger than %d bytes: not a secret (is the path right?)", MaxFileSize)
-)
-
-// fileReason says why a file could not be read, without repeating its path
-// (the Error names it).
-func fileReason(err error) string {
-	var pe *os.PathError
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-		return "no such file"
-	case errors.Is(err, os.ErrPermission):
-		return "cannot read it: permission denied"
-	case errors.As(err, &pe):
-		return "cannot " + pe.Op + " it: " + pe.Err.Error()
-	}
-	return err.Error()
 }
 
 // validEnvName reports whether name follows the rule for an environment

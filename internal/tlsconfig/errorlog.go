@@ -6,6 +6,7 @@ import (
 	"log"
 	"log/slog"
 	"net"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -26,6 +27,8 @@ type Handshakes struct {
 	log      *slog.Logger
 	listener string
 	failed   func()
+	// Now is the clock of the once-a-minute bound. Default time.Now.
+	Now func() time.Time
 
 	mu      sync.Mutex
 	last    time.Time
@@ -38,7 +41,7 @@ func NewHandshakes(logger *slog.Logger, listener string, failed func()) *Handsha
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Handshakes{log: logger, listener: listener, failed: failed}
+	return &Handshakes{log: logger, listener: listener, failed: failed, Now: time.Now}
 }
 
 // Failed counts a failed handshake, and logs it unless one was logged
@@ -48,7 +51,7 @@ func (h *Handshakes) Failed(err error) {
 		h.failed()
 	}
 	h.mu.Lock()
-	now := time.Now()
+	now := h.Now()
 	if !h.last.IsZero() && now.Sub(h.last) < handshakeLogEvery {
 		h.skipped++
 		h.mu.Unlock()
@@ -61,8 +64,10 @@ func (h *Handshakes) Failed(err error) {
 		slog.String("reason", reasonOf(err)), slog.Int("more_since_last_line", skipped))
 }
 
-// reasonOf is a handshake's error without the connection's addresses
-// (a net.OpError names both ends).
+// reasonOf is a handshake's error without the connection's addresses: a
+// net.OpError names both ends, and net/http logs it as text ("read tcp
+// 10.0.0.1:443->203.0.113.7:51040: i/o timeout"), so what an address
+// looks like is cut out of the text too.
 func reasonOf(err error) string {
 	var op *net.OpError
 	for errors.As(err, &op) && op.Err != nil {
@@ -71,8 +76,18 @@ func reasonOf(err error) string {
 		}
 		err = op.Err
 	}
-	return err.Error()
+	reason := opPrefix.ReplaceAllString(err.Error(), "")
+	return address.ReplaceAllString(reason, "<address>")
 }
+
+var (
+	// opPrefix is a net.OpError's text before its cause: "read tcp
+	// A->B: ", "write tcp6 A->B: ".
+	opPrefix = regexp.MustCompile(`\b[a-z]+ (tcp|tcp4|tcp6|udp|unix)\S* \S+: `)
+	// address is an IPv4 or bracketed IPv6 address, with or without a
+	// port.
+	address = regexp.MustCompile(`\[[0-9A-Fa-f:.%a-z]+\](:\d+)?|\b\d{1,3}(\.\d{1,3}){3}(:\d+)?\b`)
+)
 
 // HTTPErrorLog returns the ErrorLog for an http.Server. net/http writes a
 // line for every client whose TLS handshake fails ("http: TLS handshake

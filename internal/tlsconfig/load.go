@@ -6,11 +6,13 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/configfile"
 )
 
 // MaxFileSize bounds a certificate, key or CA file (1 MiB: a bundle of
@@ -139,7 +141,8 @@ func (c Client) load(now time.Time) (*tls.Config, Summary, error) {
 		if err != nil {
 			return nil, Summary{}, err
 		}
-		cfg.Certificates = []tls.Certificate{*cert}
+		cc := &clientCert{certFile: c.CertFile, keyFile: c.KeyFile, cert: cert, stamp: stampOf(c.CertFile, c.KeyFile)}
+		cfg.GetClientCertificate = cc.get
 		sum = s
 	}
 	if c.CAFile != "" {
@@ -154,30 +157,48 @@ func (c Client) load(now time.Time) (*tls.Config, Summary, error) {
 	return cfg, sum, nil
 }
 
+// clientCert is a client certificate that follows its files: each new
+// connection's handshake looks at the files (a stat of each) and reads
+// them again when they changed, so that a rotation (cert-manager writing a
+// new pair) is used by the next connection, without a watcher. Files that
+// are refused (half-way through a rotation) leave the certificate in use.
+type clientCert struct {
+	certFile, keyFile string
+
+	mu    sync.Mutex
+	cert  *tls.Certificate
+	stamp string // the files' sizes and modification times when read
+}
+
+func (c *clientCert) get(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if st := stampOf(c.certFile, c.keyFile); st != c.stamp {
+		if cert, _, err := loadPair(c.certFile, c.keyFile, time.Now(), "cert_file", "key_file"); err == nil {
+			c.cert, c.stamp = cert, st
+		}
+	}
+	return c.cert, nil
+}
+
+// stampOf is the sizes and modification times of files, "" for one that
+// cannot be seen.
+func stampOf(files ...string) string {
+	var b strings.Builder
+	for _, f := range files {
+		if fi, err := os.Stat(f); err == nil {
+			fmt.Fprintf(&b, "%d@%d;", fi.Size(), fi.ModTime().UnixNano())
+		}
+	}
+	return b.String()
+}
+
 // readPEM reads a file of at most MaxFileSize bytes and lists the PEM
 // blocks in it.
 func readPEM(path, field string) ([]byte, []*pem.Block, error) {
-	fail := func(err error, reason string) ([]byte, []*pem.Block, error) {
-		return nil, nil, &Error{Field: field, File: path, Reason: reason, Err: err}
-	}
-	// Look before opening: opening a named pipe blocks until someone
-	// writes to it.
-	if fi, err := os.Stat(path); err != nil {
-		return fail(err, fileReason(err))
-	} else if !fi.Mode().IsRegular() {
-		return fail(nil, "not a regular file")
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		return fail(err, fileReason(err))
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
-	if err != nil {
-		return fail(err, fileReason(err))
-	}
-	if len(b) > MaxFileSize {
-		return fail(nil, fmt.Sprintf("larger than %d bytes: not a certificate or key file (is the path right?)", MaxFileSize))
+	b, err := configfile.ReadFile(path, MaxFileSize)
+	if fe := (*configfile.FileError)(nil); errors.As(err, &fe) {
+		return nil, nil, &Error{Field: field, File: path, Reason: fe.Reason, Err: fe.Err}
 	}
 	var blocks []*pem.Block
 	for rest := b; ; {
@@ -189,20 +210,6 @@ func readPEM(path, field string) ([]byte, []*pem.Block, error) {
 		blocks = append(blocks, blk)
 	}
 	return b, blocks, nil
-}
-
-// fileReason says why a file could not be read, without its path.
-func fileReason(err error) string {
-	var pe *os.PathError
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-		return "no such file"
-	case errors.Is(err, os.ErrPermission):
-		return "cannot read it: permission denied"
-	case errors.As(err, &pe):
-		return "cannot " + pe.Op + " it: " + pe.Err.Error()
-	}
-	return err.Error()
 }
 
 func types(blocks []*pem.Block) []string {
@@ -283,8 +290,10 @@ func validAt(cert *x509.Certificate, now time.Time) string {
 }
 
 // loadCAs reads a CA bundle: every CERTIFICATE block must parse, and at
-// least one must be valid at now (a bundle in rotation holds an old CA
-// too: that one is a warning).
+// least one must be valid at now. All are in the pool — verification
+// checks each CA's validity when it verifies, so a CA not valid yet (the
+// next one of a staged rotation) is trusted from its NotBefore on, and an
+// expired one not at all; each not valid now is a warning.
 func loadCAs(path, field string, now time.Time) (*x509.CertPool, int, []string, error) {
 	_, blocks, err := readPEM(path, field)
 	if err != nil {
@@ -306,11 +315,10 @@ func loadCAs(path, field string, now time.Time) (*x509.CertPool, int, []string, 
 			return nil, 0, nil, caErr(fmt.Sprintf("certificate %d does not parse: %s", n+1, strings.TrimPrefix(err.Error(), "x509: ")))
 		}
 		n++
+		pool.AddCert(c)
 		if why := validAt(c, now); why != "" {
 			invalid = append(invalid, why)
-			continue
 		}
-		pool.AddCert(c)
 	}
 	switch {
 	case n == 0:
@@ -319,9 +327,9 @@ func loadCAs(path, field string, now time.Time) (*x509.CertPool, int, []string, 
 		return nil, 0, nil, caErr(strings.Join(invalid, "; "))
 	}
 	for _, why := range invalid {
-		warnings = append(warnings, path+": "+why+" (left out; the others are used)")
+		warnings = append(warnings, path+": "+why+" (kept: verification checks it)")
 	}
-	return pool, n - len(invalid), warnings, nil
+	return pool, n, warnings, nil
 }
 
 func firstOf(blocks []*pem.Block, typ string) *pem.Block {

@@ -96,8 +96,8 @@ func NewReloader(s Server, opts ReloaderOptions) (*Reloader, error) {
 
 // Config returns a listener's TLS configuration: the certificate in force
 // at each handshake, TLS 1.2 at least (or the files' min_version), the
-// application protocols protos in ALPN ("h2" for gRPC; "h2", "http/1.1"
-// for HTTP) and, when clientAuth is true and the files name a client CA,
+// application protocols protos in ALPN ("h2" for gRPC, "http/1.1" for
+// sluice's HTTP listeners) and, when clientAuth is true and the files name a client CA,
 // a client certificate required and verified. Several listeners may share
 // one Reloader, each with its own Config.
 func (r *Reloader) Config(clientAuth bool, protos ...string) *tls.Config {
@@ -155,13 +155,14 @@ func (r *Reloader) Reload() error {
 }
 
 // Run reloads the files each time they change and settle, until ctx ends
-// (nothing without ReloaderOptions.Watch).
-func (r *Reloader) Run(ctx context.Context) {
+// (nothing without ReloaderOptions.Watch); it returns nil then. A reload
+// refused is logged and counted, and Run goes on.
+func (r *Reloader) Run(ctx context.Context) error {
 	if r.watcher == nil {
 		<-ctx.Done()
-		return
+		return nil
 	}
-	r.watcher.Run(ctx, func() { _ = r.Reload() }, func(err error) {
+	return r.watcher.Run(ctx, func() { _ = r.Reload() }, func(err error) {
 		r.log.Warn("watching the TLS files", "listeners", r.name, "err", err)
 	})
 }

@@ -72,7 +72,9 @@ type Client struct {
 	// certificate from a public CA).
 	CAFile string `yaml:"ca_file"`
 	// CertFile and KeyFile are a client certificate and its key, for a
-	// server that requires one (Redis's tls-auth-clients yes).
+	// server that requires one (Redis's tls-auth-clients yes). They are
+	// read again at a new connection when they have changed (a
+	// rotation); the CA file is read once.
 	CertFile string `yaml:"cert_file"`
 	KeyFile  string `yaml:"key_file"`
 	// ServerName is the name the server's certificate must carry. Default:

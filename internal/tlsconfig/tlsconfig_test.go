@@ -8,6 +8,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"io"
+	"log"
 	"log/slog"
 	"net"
 	"os"
@@ -79,7 +80,7 @@ func TestServerCheck(t *testing.T) {
 		{"a client CA alone", tlsconfig.Server{ClientCAFile: caFile}, "cert_file", "TLS needs a certificate"},
 		{"TLS 1.1", tlsconfig.Server{CertFile: cert, KeyFile: key, MinVersion: "1.1"}, "min_version", `min_version: "1.1": 1.2 or 1.3`},
 		{"missing certificate", tlsconfig.Server{CertFile: missing, KeyFile: key}, "cert_file", "certificate file " + missing + ": no such file"},
-		{"a directory", tlsconfig.Server{CertFile: dir, KeyFile: key}, "cert_file", "certificate file " + dir + ": not a regular file"},
+		{"a directory", tlsconfig.Server{CertFile: dir, KeyFile: key}, "cert_file", "certificate file " + dir + ": a directory, not a file"},
 		{"a named pipe (opening it would block)", tlsconfig.Server{CertFile: fifo, KeyFile: key}, "cert_file", "certificate file " + fifo + ": not a regular file"},
 		{"empty certificate", tlsconfig.Server{CertFile: empty, KeyFile: key}, "cert_file", "certificate file " + empty + ": no certificate in it (a PEM CERTIFICATE block; found no PEM data)"},
 		{"swapped", tlsconfig.Server{CertFile: key, KeyFile: cert}, "cert_file", "certificate file " + key + ": no certificate in it, but a private key: are the certificate and key files swapped?"},
@@ -106,8 +107,8 @@ func TestServerCheck(t *testing.T) {
 	// A bundle in rotation: an expired CA beside a valid one is a warning.
 	bundle := writeFile(t, dir, "bundle.crt", append(certtest.NewCAUntil(t, "expired CA", time.Now().Add(-time.Hour)).PEM, ca.PEM...))
 	sum, err := (tlsconfig.Server{CertFile: cert, KeyFile: key, ClientCAFile: bundle}).Check(time.Now())
-	if err != nil || sum.CAs != 1 || len(sum.Warnings) != 1 || !strings.Contains(sum.Warnings[0], "expired on") {
-		t.Errorf("a bundle with an expired and a valid CA: %+v, %v; want one CA and a warning", sum, err)
+	if err != nil || sum.CAs != 2 || len(sum.Warnings) != 1 || !strings.Contains(sum.Warnings[0], "expired on") {
+		t.Errorf("a bundle with an expired and a valid CA: %+v, %v; want both read and a warning", sum, err)
 	}
 	// Expiry within 14 days, and no SAN, are warnings.
 	soon := ca.Issue(t, certtest.Leaf{NotAfter: time.Now().Add(72 * time.Hour)})
@@ -136,7 +137,7 @@ func TestClientConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.RootCAs == nil || len(cfg.Certificates) != 1 || cfg.ServerName != "redis.internal" || cfg.MinVersion != tls.VersionTLS12 || cfg.InsecureSkipVerify {
+	if cfg.RootCAs == nil || cfg.GetClientCertificate == nil || cfg.ServerName != "redis.internal" || cfg.MinVersion != tls.VersionTLS12 || cfg.InsecureSkipVerify {
 		t.Errorf("config %+v", cfg)
 	}
 	sys, err := (tlsconfig.Client{MinVersion: "1.3"}).Config(time.Now())
@@ -311,7 +312,7 @@ func TestReloaderWatches(t *testing.T) {
 	defer r.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	wg.Go(func() { r.Run(ctx) })
+	wg.Go(func() { _ = r.Run(ctx) })
 	defer wg.Wait()
 	defer cancel()
 	addr := tlsServer(t, r.Config(false))
@@ -424,33 +425,128 @@ func TestMinVersion(t *testing.T) {
 	}
 }
 
-// net/http's log lines lose the client's address; failed handshakes, from
-// HTTP or from gRPC's credentials, are counted and logged once a minute
-// at most, without the addresses of a net.OpError.
-func TestHandshakeLog(t *testing.T) {
+// A failed handshake's log line holds no address, whichever way it
+// comes: net/http's text (its "from ADDR" and a net.OpError's "read tcp
+// A->B" inside), gRPC's net.OpError, an IPv6 peer; other net/http lines
+// lose the client's address too.
+func TestHandshakeLogHoldsNoAddress(t *testing.T) {
+	t.Parallel()
+	opErr := &net.OpError{Op: "read", Net: "tcp", Source: &net.TCPAddr{IP: net.IPv4(198, 51, 100, 9), Port: 8081},
+		Addr: &net.TCPAddr{IP: net.IPv4(203, 0, 113, 7), Port: 5555}, Err: errors.New("connection reset by peer")}
+	for _, c := range []struct {
+		name, want string
+		fail       func(*tlsconfig.Handshakes, *log.Logger)
+	}{
+		{"net/http, a client certificate missing", `reason="tls: client didn't provide a certificate"`, func(_ *tlsconfig.Handshakes, l *log.Logger) {
+			l.Printf("http: TLS handshake error from 203.0.113.7:51234: tls: client didn't provide a certificate")
+		}},
+		{"net/http, a client that sent nothing", `reason="i/o timeout"`, func(_ *tlsconfig.Handshakes, l *log.Logger) {
+			l.Printf("http: TLS handshake error from 203.0.113.7:51040: read tcp 198.51.100.9:8443->203.0.113.7:51040: i/o timeout")
+		}},
+		{"net/http, IPv6", `reason=EOF`, func(_ *tlsconfig.Handshakes, l *log.Logger) {
+			l.Printf("http: TLS handshake error from [2001:db8::7]:51040: EOF")
+		}},
+		{"net/http, an address in the reason", `reason="dial <address>: refused"`, func(_ *tlsconfig.Handshakes, l *log.Logger) {
+			l.Printf("http: TLS handshake error from 203.0.113.7:1: dial 203.0.113.7:9: refused")
+		}},
+		{"gRPC's net.OpError", `reason="connection reset by peer"`, func(h *tlsconfig.Handshakes, _ *log.Logger) { h.Failed(opErr) }},
+		{"a panic in a handler", `msg="http: panic serving a client: runtime error"`, func(_ *tlsconfig.Handshakes, l *log.Logger) {
+			l.Printf("http: panic serving 203.0.113.7:51234: runtime error")
+		}},
+	} {
+		var buf bytes.Buffer
+		failed := 0
+		logger := slog.New(slog.NewTextHandler(&buf, nil))
+		h := tlsconfig.NewHandshakes(logger, "http", func() { failed++ })
+		c.fail(h, tlsconfig.HTTPErrorLog(logger, "http", h))
+		out := buf.String()
+		if !strings.Contains(out, c.want) || strings.Contains(out, "203.0.113.7") || strings.Contains(out, "198.51.100.9") || strings.Contains(out, "2001:db8") {
+			t.Errorf("%s: %s; want %s and no address", c.name, out, c.want)
+		}
+	}
+}
+
+// Failed handshakes are each counted, and logged once a minute at most,
+// saying how many were not logged since.
+func TestHandshakeLogOnceAMinute(t *testing.T) {
 	t.Parallel()
 	var buf bytes.Buffer
 	failed := 0
-	logger := slog.New(slog.NewTextHandler(&buf, nil))
-	hs := tlsconfig.NewHandshakes(logger, "http", func() { failed++ })
-	l := tlsconfig.HTTPErrorLog(logger, "http", hs)
+	h := tlsconfig.NewHandshakes(slog.New(slog.NewTextHandler(&buf, nil)), "grpc", func() { failed++ })
+	now := time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC)
+	h.Now = func() time.Time { return now }
 	for range 3 {
-		l.Printf("http: TLS handshake error from 203.0.113.7:51234: tls: client didn't provide a certificate")
+		h.Failed(errors.New("tls: client didn't provide a certificate"))
 	}
-	hs.Failed(&net.OpError{Op: "read", Net: "tcp", Source: &net.TCPAddr{IP: net.IPv4(198, 51, 100, 9), Port: 8081},
-		Addr: &net.TCPAddr{IP: net.IPv4(203, 0, 113, 7), Port: 5555}, Err: errors.New("connection reset by peer")})
-	l.Printf("http: panic serving 203.0.113.7:51234: runtime error")
-	l.Printf("http: Accept error: too many open files")
+	now = now.Add(59 * time.Second)
+	h.Failed(errors.New("tls: bad certificate"))
+	now = now.Add(time.Second)
+	h.Failed(errors.New("tls: bad certificate"))
 	out := buf.String()
-	if failed != 4 || strings.Count(out, "TLS handshake refused") != 1 || strings.Contains(out, "203.0.113.7") || strings.Contains(out, "198.51.100.9") ||
-		!strings.Contains(out, "client didn't provide a certificate") || !strings.Contains(out, "panic serving a client: runtime error") ||
-		!strings.Contains(out, "Accept error") {
-		t.Errorf("counted %d; log:\n%s", failed, out)
+	if failed != 5 || strings.Count(out, "TLS handshake refused") != 2 || !strings.Contains(out, "more_since_last_line=3") {
+		t.Errorf("counted %d; log:\n%s\nwant 5 counted, 2 lines, the second saying 3 more", failed, out)
 	}
-	var one bytes.Buffer
-	tlsconfig.NewHandshakes(slog.New(slog.NewTextHandler(&one, nil)), "grpc", nil).Failed(&net.OpError{Op: "read", Net: "tcp",
-		Addr: &net.TCPAddr{IP: net.IPv4(203, 0, 113, 7), Port: 5555}, Err: errors.New("connection reset by peer")})
-	if !strings.Contains(one.String(), `reason="connection reset by peer"`) || strings.Contains(one.String(), "203.0.113.7") {
-		t.Errorf("a net.OpError: %s", one.String())
+}
+
+// A client certificate follows its files: the next connection after a
+// rotation presents the new one; files refused half-way keep the old.
+func TestClientCertificateRotation(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ca := certtest.NewCA(t, "test CA")
+	files := ca.Write(t, dir, ca.Issue(t, certtest.Leaf{}))
+	first, second := ca.Issue(t, certtest.Leaf{Client: true}), ca.Issue(t, certtest.Leaf{Client: true})
+	cert, key := filepath.Join(dir, "client.crt"), filepath.Join(dir, "client.key")
+	certtest.WriteFile(t, cert, first.CertPEM)
+	certtest.WriteFile(t, key, first.KeyPEM)
+	r, err := tlsconfig.NewReloader(tlsconfig.Server{CertFile: files.Cert, KeyFile: files.Key, ClientCAFile: files.CA}, tlsconfig.ReloaderOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	seen := make(chan string, 10)
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", r.Config(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer ln.Close() // before the Wait: Accept returns
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			tc := c.(*tls.Conn)
+			if tc.Handshake() == nil {
+				seen <- tc.ConnectionState().PeerCertificates[0].SerialNumber.String()
+			}
+			c.Close()
+		}
+	})
+	cfg, err := (tlsconfig.Client{CAFile: files.CA, CertFile: cert, KeyFile: key, ServerName: "localhost"}).Config(time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	presented := func() string {
+		t.Helper()
+		c, err := tls.Dial("tcp", ln.Addr().String(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		return <-seen
+	}
+	if got := presented(); got != first.Cert.SerialNumber.String() {
+		t.Fatalf("presented %s, want the first certificate", got)
+	}
+	certtest.WriteFile(t, cert, second.CertPEM) // half a rotation: the key is still the first's
+	if got := presented(); got != first.Cert.SerialNumber.String() {
+		t.Fatalf("half-way through a rotation, presented %s; want the first certificate still", got)
+	}
+	certtest.WriteFile(t, key, second.KeyPEM)
+	if got := presented(); got != second.Cert.SerialNumber.String() {
+		t.Fatalf("after the rotation, presented %s; want the second certificate", got)
 	}
 }
