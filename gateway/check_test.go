@@ -40,9 +40,9 @@ func TestCheckRefusesWhatNewRefuses(t *testing.T) {
 		name, yaml, upstream, want string
 	}{
 		{"short admin token file", "listen: 127.0.0.1:0\nadmin: {listen: 127.0.0.1:0, token_file: " + short + "}\n", "",
-			"t.yaml:2: admin token (file " + short + "): must be one word of at least 16 characters, without white space inside"},
+			"t.yaml:2: admin token (file " + short + "): must be one word of at least 16 characters, visible ASCII without white space inside (it travels in an HTTP header)"},
 		{"admin token file with spaces", "listen: 127.0.0.1:0\nadmin:\n  listen: 127.0.0.1:0\n  token_file: " + spaced + "\n", "",
-			"t.yaml:4: admin token (file " + spaced + "): must be one word of at least 16 characters, without white space inside"},
+			"t.yaml:4: admin token (file " + spaced + "): must be one word of at least 16 characters, visible ASCII without white space inside (it travels in an HTTP header)"},
 		{"missing admin token file", "listen: 127.0.0.1:0\nadmin: {listen: 127.0.0.1:0, token_file: " + missing + "}\n", "",
 			"t.yaml:2: admin token (file " + missing + "): no such file"},
 		{"missing key_hmac_file", listeners + "store:\n  kind: redis\n  redis:\n    addrs: [" + redis + "]\n    key_hmac_file: " + missing + "\n", "",

@@ -550,6 +550,10 @@ type storeDesc struct {
 func (g *Gateway) describe() description {
 	cfg := g.cfg
 	d := description{Listeners: map[string]listenerDesc{}, Upstream: g.upstream, Store: storeDesc{Kind: cfg.Store.Kind}}
+	if u, err := url.Parse(g.upstream); err == nil && u.RawQuery != "" {
+		u.RawQuery = "…" // a query may carry a token
+		d.Upstream = u.String()
+	}
 	for name, l := range map[string]struct {
 		addr  string
 		r     *tlsconfig.Reloader

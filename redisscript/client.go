@@ -53,11 +53,15 @@ func (e *ReplyError) Error() string { return "redis: " + e.Msg }
 // NoScript reports a NOSCRIPT reply: Redis does not know the script's SHA1.
 func (e *ReplyError) NoScript() bool { return strings.HasPrefix(e.Msg, "NOSCRIPT") }
 
-// Unavailable reports a reply that means "not now" rather than "wrong": the
-// server is loading, failing over, its cluster is down, it is out of
-// memory or cannot persist. The store treats these as outages.
+// Unavailable reports a reply that means Redis will not serve this call,
+// rather than that the call is wrong: the server is loading, failing
+// over, its cluster is down, it is out of memory or cannot persist — or it
+// refuses this client (WRONGPASS, NOAUTH after a password change, NOPERM
+// after an ACL change), which no retry of the call heals either. The
+// store treats these as outages: the failure policy decides, the breaker
+// counts, Redis is reported unreachable with the reply.
 func (e *ReplyError) Unavailable() bool {
-	for _, p := range []string{"LOADING", "CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "READONLY", "BUSY", "OOM", "MISCONF"} {
+	for _, p := range []string{"LOADING", "CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "READONLY", "BUSY", "OOM", "MISCONF", "WRONGPASS", "NOAUTH", "NOPERM"} {
 		if strings.HasPrefix(e.Msg, p) {
 			return true
 		}

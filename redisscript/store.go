@@ -173,6 +173,7 @@ type Store struct {
 	local    *memstore.Store // FailLocal's limiter
 	log      *slog.Logger
 	down     atomic.Bool // Redis unreachable: see markDown
+	refused  atomic.Bool // while down: the last failure was Redis refusing this client
 	unwatch  func()      // stops a ConnectionWatcher's reports; nil for another Client
 
 	limitsMu sync.Mutex
@@ -288,11 +289,43 @@ func (s *Store) connReport(err error) {
 }
 
 // markDown records that Redis could not answer, and logs the change from
-// reachable (the state a store starts in) once.
+// reachable (the state a store starts in) once — and once more when the
+// reason changes kind while Redis is down: a Redis that comes back
+// refusing this client's credentials or rights (its password rotated
+// first) is logged as that, not left behind the connection error before it.
 func (s *Store) markDown(err error) {
+	refused := refusesClient(err)
 	if s.down.CompareAndSwap(false, true) {
-		s.log.Warn("redis unreachable: the failure policies decide", "err", err)
+		s.refused.Store(refused)
+		s.logDown(refused, err)
+		return
 	}
+	if s.refused.Swap(refused) != refused {
+		s.logDown(refused, err)
+	}
+}
+
+func (s *Store) logDown(refused bool, err error) {
+	if refused {
+		s.log.Warn("redis refuses this client (its credentials or its rights): the failure policies decide", "err", err)
+		return
+	}
+	s.log.Warn("redis unreachable: the failure policies decide", "err", err)
+}
+
+// refusesClient reports a reply by which Redis refuses this client:
+// WRONGPASS, NOAUTH, NOPERM.
+func refusesClient(err error) bool {
+	var re *ReplyError
+	if !errors.As(err, &re) {
+		return false
+	}
+	for _, p := range []string{"WRONGPASS", "NOAUTH", "NOPERM"} {
+		if strings.HasPrefix(re.Msg, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // markUp records that Redis answered, and logs the change from

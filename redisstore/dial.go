@@ -191,8 +191,8 @@ func (o DialOptions) validate() error {
 		return fmt.Errorf("redisstore: Dial: ConnectTimeout %v: must not be negative (0 means the default)", o.ConnectTimeout)
 	}
 	for i, a := range append(append([]string(nil), o.Addrs...), s.Addrs...) {
-		if strings.Contains(a, "@") {
-			return fmt.Errorf("redisstore: Dial: address %d: user information in it (not repeated here: it may hold a password); give host:port, and the password in DialOptions.Password", i+1)
+		if strings.Contains(a, "@") || strings.Contains(a, "://") {
+			return fmt.Errorf("redisstore: Dial: address %d: a URL or user information (not repeated here: it may hold a password); give host:port, and the password in DialOptions.Password", i+1)
 		}
 		if _, _, err := net.SplitHostPort(a); err != nil {
 			return fmt.Errorf("redisstore: Dial: address %q: %w", a, err)
@@ -280,7 +280,15 @@ func (c *Conn) attempt() (rueidis.Client, error) {
 		if re, ok := rueidis.IsRedisErr(err); ok {
 			code, _, _ := strings.Cut(re.Error(), " ")
 			if !transient(code) {
-				return nil, fmt.Errorf("%w: %v", ErrMisconfigured, err)
+				target := strings.Join(o.Addrs, ", ")
+				if o.Sentinel.MasterName != "" {
+					target = fmt.Sprintf("the master %q of the Sentinels at %s", o.Sentinel.MasterName, strings.Join(o.Sentinel.Addrs, ", "))
+				}
+				hint := ""
+				if code == "NOPERM" {
+					hint = " (the user may not run a command the client needs: see the least ACL in docs/production.md)"
+				}
+				return nil, fmt.Errorf("%w: connecting to %s: %v%s", ErrMisconfigured, target, err, hint)
 			}
 		}
 		return nil, err

@@ -33,9 +33,10 @@ func misconfigured(addr, what string, err error, systemRoots bool) error {
 
 // probe opens one connection to addr and checks, before rueidis is asked
 // to connect, that the server takes the options: the TLS handshake when
-// TLS is on, AUTH with the credentials, SELECT of the database, then
-// PING. A server that is not reachable, or not ready (LOADING), is a plain
-// error (the caller retries); a refusal wraps ErrMisconfigured.
+// TLS is on, a first PING (see greet), AUTH with the credentials, SELECT
+// of the database, then PING as the user. A server that is not reachable,
+// or not ready (LOADING), is a plain error (the caller retries); a refusal
+// wraps ErrMisconfigured.
 func (c *Conn) probe(ctx context.Context, addr string, user, password string, db int) error {
 	nc, err := c.dialProbe(ctx, addr)
 	if err != nil {
@@ -43,6 +44,9 @@ func (c *Conn) probe(ctx context.Context, addr string, user, password string, db
 	}
 	defer nc.Close()
 	r := bufio.NewReaderSize(nc, 512)
+	if err := c.greet(ctx, nc, r, "Redis", addr, password != ""); err != nil {
+		return err
+	}
 	if password != "" {
 		if err := c.authenticate(nc, r, "Redis", addr, user, password); err != nil {
 			return c.readFailure(addr, err)
@@ -60,14 +64,59 @@ func (c *Conn) probe(ctx context.Context, addr string, user, password string, db
 			return refusal("Redis", addr, fmt.Sprintf("SELECT %d (the database)", db), msg, password != "")
 		}
 	}
+	if password == "" {
+		return nil // greet's PING was as this client
+	}
 	reply, err := command(nc, r, "PING")
 	if err != nil {
 		return c.readFailure(addr, fmt.Errorf("PING %s: %w", addr, err))
 	}
 	if msg, isErr := reply.(replyError); isErr {
-		return refusal("Redis", addr, "PING", msg, password != "")
+		return refusal("Redis", addr, "PING", msg, true)
 	}
 	return nil
+}
+
+// greet sends a PING before anything else, before any password: a
+// server that does not answer it in RESP never gets one. Without TLS, a
+// server that closes the connection instead is asked whether it speaks
+// TLS (a Redis tls-port spoken to in clear text closes at once): then it
+// is a refusal of the configuration, never a password sent in clear text
+// at each retry. NOAUTH is the answer a server that wants a password gives
+// before AUTH; with none to give, a refusal.
+func (c *Conn) greet(ctx context.Context, nc net.Conn, r *bufio.Reader, who, addr string, password bool) error {
+	reply, err := command(nc, r, "PING")
+	if err != nil {
+		if c.opts.TLS == nil && c.speaksTLS(ctx, addr) {
+			return fmt.Errorf("%w: %s at %s speaks TLS, and the connection is configured in clear text: configure TLS (its CA file, or the system's roots)", ErrMisconfigured, who, addr)
+		}
+		return c.readFailure(addr, fmt.Errorf("PING %s: %w", addr, err))
+	}
+	if msg, isErr := reply.(replyError); isErr {
+		if code, _, _ := strings.Cut(string(msg), " "); code == "NOAUTH" && password {
+			return nil // AUTH comes next
+		}
+		return refusal(who, addr, "PING", msg, password)
+	}
+	return nil
+}
+
+// speaksTLS reports whether the server at addr answers a TLS handshake:
+// detection only — nothing is sent after it, and no certificate is
+// trusted for anything (hence no verification here).
+func (c *Conn) speaksTLS(ctx context.Context, addr string) bool {
+	ctx, cancel := context.WithTimeout(ctx, c.connectTimeout)
+	defer cancel()
+	nc, err := c.dial(ctx, addr, &net.Dialer{Timeout: c.connectTimeout}, nil)
+	if err != nil {
+		return false
+	}
+	defer nc.Close()
+	host, _, _ := net.SplitHostPort(addr)
+	tc := tls.Client(nc, &tls.Config{ServerName: host, InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}) // detection: no data is sent
+	err = tc.HandshakeContext(ctx)
+	var op *net.OpError
+	return err == nil || errors.As(err, &op) && op.Op == "remote error" // a TLS server that wants a client certificate
 }
 
 // readFailure says what a failed exchange with a server means: with TLS,
@@ -123,6 +172,9 @@ func (c *Conn) askSentinel(ctx context.Context, addr string) (string, error) {
 	}
 	defer nc.Close()
 	r := bufio.NewReaderSize(nc, 512)
+	if err := c.greet(ctx, nc, r, "the Sentinel", addr, s.Password != ""); err != nil {
+		return "", err
+	}
 	if s.Password != "" {
 		if err := c.authenticate(nc, r, "the Sentinel", addr, s.Username, s.Password); err != nil {
 			return "", c.readFailure(addr, err)

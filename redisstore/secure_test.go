@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/certtest"
+	"github.com/sluicehq/sluice/internal/logtest"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/redisstore"
 )
@@ -229,20 +230,66 @@ func TestDialTLS(t *testing.T) {
 			"Redis refused this client", "client certificate")
 	})
 	t.Run("clear text to a TLS port", func(t *testing.T) {
-		conn, err := redisstore.Dial(redisstore.DialOptions{Addrs: tlsAt, Password: defaultPassword, MaxBackoff: time.Hour})
+		refused(t, redisstore.DialOptions{Addrs: tlsAt, Password: defaultPassword}, "Redis at "+f.srv.TLSAddr()+" speaks TLS, and the connection is configured in clear text: configure TLS")
+	})
+	t.Run("no password to a server that does not answer", func(t *testing.T) {
+		// A server that closes every connection without a word (and is
+		// not TLS): the probe's PING goes first, the password never.
+		heard := closer(t)
+		conn, err := redisstore.Dial(redisstore.DialOptions{Addrs: []string{heard.addr}, Username: "sluice", Password: defaultPassword, MaxBackoff: time.Hour})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer conn.Close()
 		if conn.Connected() {
-			t.Fatal("connected in clear text to a TLS port")
+			t.Fatal("connected to a server that says nothing")
 		}
-		_, err = conn.EvalSHA(ctx, "0", nil, nil)
-		if !errors.Is(err, redisstore.ErrNotConnected) || !strings.Contains(err.Error(), "if it is a TLS port, configure TLS") {
-			t.Fatalf("a call: %v; want ErrNotConnected saying it may be a TLS port", err)
+		if got := heard.bytes(); strings.Contains(got, defaultPassword) || !strings.Contains(got, "PING") {
+			t.Fatalf("the server heard %q: want a PING and never the password", got)
 		}
-		noSecret(t, err.Error())
 	})
+}
+
+// closer is a server that reads what a client sends and closes the
+// connection without answering, recording what it heard.
+type heardServer struct {
+	addr  string
+	mu    sync.Mutex
+	heard []byte
+}
+
+func (h *heardServer) bytes() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return string(h.heard)
+}
+
+func closer(t *testing.T) *heardServer {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &heardServer{addr: l.Addr().String()}
+	var wg sync.WaitGroup
+	t.Cleanup(wg.Wait)
+	t.Cleanup(func() { l.Close() })
+	wg.Go(func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+			b := make([]byte, 4096)
+			n, _ := c.Read(b)
+			h.mu.Lock()
+			h.heard = append(h.heard, b[:n]...)
+			h.mu.Unlock()
+			c.Close()
+		}
+	})
+	return h
 }
 
 // plainTalker is a server that answers anything with a Redis error line, in
@@ -354,4 +401,63 @@ func TestDialBusyIsNotARefusal(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	decides(t, conn)
+}
+
+// Redis that stops taking sluice's credentials while it runs (a password
+// rotated on the Redis side first, an ACL tightened): each decision is the
+// failure policy's, not an error (behind Envoy's failure_mode_deny: false
+// an error would switch the limits off); Redis is reported unreachable,
+// with the reply, once; when the credentials are good again, decisions
+// are Redis's again.
+func TestCredentialsRefusedWhileRunning(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t, append([]string{"--requirepass", defaultPassword}, aclUser...)...)
+	conn := dialed(t, redisstore.DialOptions{Addrs: []string{srv.Addr()}, Username: "sluice", Password: aclPassword})
+	var logs logtest.Buffer
+	s := newStore(t, redisstore.Options{Client: conn, Policy: sluice.FailClosed, Timeout: time.Second, BreakerCooldown: 20 * time.Millisecond, Logger: logs.Logger()})
+	limit := sluice.Limit{Name: "rotation", Quota: 100, Window: time.Hour}
+	admin := func(args ...string) {
+		t.Helper()
+		if out, err := srv.CLI(append([]string{"--no-auth-warning", "-a", defaultPassword}, args...)...); err != nil {
+			t.Fatalf("%v: %v %s", args, err, out)
+		}
+	}
+	if d, err := s.Allow(ctx, "k", limit, 1); err != nil || !d.Allowed {
+		t.Fatalf("before: %+v, %v", d, err)
+	}
+	// The password changes on Redis's side; sluice's connections are cut.
+	admin("ACL", "SETUSER", "sluice", "resetpass", ">"+wrongPassword)
+	admin("CLIENT", "KILL", "USER", "sluice")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		d, err := s.Allow(ctx, "k", limit, 1)
+		if err != nil {
+			t.Fatalf("credentials refused: %v; want the failure policy's decision, not an error", err)
+		}
+		if !d.Allowed && s.Stats().FailClosed > 0 && logs.Count(t, "redis refuses this client") > 0 {
+			break // fail_closed decided, and the refusal is logged
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no fail_closed decision 10 s after the password changed: %+v %+v", d, s.Stats())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if st := s.Stats(); !st.Unreachable {
+		t.Errorf("Stats %+v: want Redis unreachable", st)
+	}
+	if n := logs.Count(t, "redis refuses this client"); n != 1 || !strings.Contains(logs.String(), "WRONGPASS") {
+		t.Errorf("log %q: want one 'redis refuses this client' line with the WRONGPASS", logs.String())
+	}
+	noSecret(t, logs.String())
+	// The old password is back: Redis decides again.
+	admin("ACL", "SETUSER", "sluice", "resetpass", ">"+aclPassword)
+	for {
+		if d, err := s.Allow(ctx, "k", limit, 1); err == nil && d.Allowed {
+			break
+		}
+		if time.Now().After(deadline.Add(10 * time.Second)) {
+			t.Fatalf("not back on Redis 10 s after the password was restored: %+v", s.Stats())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }

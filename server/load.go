@@ -4,13 +4,13 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/configfile"
 	"github.com/sluicehq/sluice/rls"
 	"github.com/sluicehq/sluice/rls/envoyconfig"
 )
@@ -90,19 +90,12 @@ func ConfigFiles(path string) ([]string, error) {
 	return files, nil
 }
 
-// readConfig reads a configuration file, at most envoyconfig.MaxFileSize.
+// readConfig reads a configuration file, at most envoyconfig.MaxFileSize,
+// and a regular file only (opening a named pipe would wait for a writer).
 func readConfig(path string) ([]byte, error) {
-	f, err := os.Open(path)
+	b, err := configfile.ReadFile(path, envoyconfig.MaxFileSize)
 	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, envoyconfig.MaxFileSize+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(b) > envoyconfig.MaxFileSize {
-		return nil, fmt.Errorf("%s: larger than %d bytes", path, envoyconfig.MaxFileSize)
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return b, nil
 }

@@ -137,6 +137,12 @@ type Options struct {
 	// KeyHMAC) were kept — "admin_token": "file /run/secrets/token" — for
 	// GET /admin/config, which never shows a secret. Optional.
 	SecretSources map[string]string
+	// NoJSON leaves POST /json off the HTTP listener (404), which then
+	// serves /healthz, /readyz and /metrics only: for a listener left out
+	// of ClientAuth so that Kubernetes probes reach it without a client
+	// certificate, where /json would let anyone who reaches it spend the
+	// counters Envoy's calls spend. Default false: /json is served.
+	NoJSON bool
 	// ClientAuth lists the listeners ("grpc", "http", "admin") that require
 	// a client certificate under TLS.ClientCAFile. Default: all three. A
 	// Kubernetes probe presents none: leave out the listener it probes.
@@ -203,6 +209,8 @@ type description struct {
 type listenerDesc struct {
 	Addr string `json:"addr"`
 	TLS  bool   `json:"tls"`
+	// JSON: the HTTP listener serves POST /json.
+	JSON *bool `json:"json,omitempty"`
 	// ClientCertificates: "required" (mTLS) or "not asked", under TLS.
 	ClientCertificates string `json:"client_certificates,omitempty"`
 }
@@ -217,6 +225,10 @@ func (s *Server) describe() description {
 	d := description{loaded: *s.version.Load(), Listeners: map[string]listenerDesc{}, Secrets: s.opts.SecretSources, Store: storeDesc{Kind: "memory"}}
 	for name, addr := range map[string]string{ListenerGRPC: s.GRPCAddr(), ListenerHTTP: s.HTTPAddr(), ListenerAdmin: s.AdminAddr()} {
 		l := listenerDesc{Addr: addr, TLS: s.tls != nil}
+		if name == ListenerHTTP {
+			json := !s.opts.NoJSON
+			l.JSON = &json
+		}
 		if s.tls != nil {
 			l.ClientCertificates = "not asked"
 			if s.opts.clientAuth(name) {
@@ -553,10 +565,13 @@ func (s *Server) Close() error {
 }
 
 // httpHandler serves /json (rls.JSONHandler: POST an RLS request as
-// JSON, the answer as JSON), /healthz, /readyz and /metrics.
+// JSON, the answer as JSON; not with NoJSON), /healthz, /readyz and
+// /metrics.
 func (s *Server) httpHandler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/json", rls.JSONHandler(s.svc))
+	if !s.opts.NoJSON {
+		mux.Handle("/json", rls.JSONHandler(s.svc))
+	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		if p := s.matcher.Load(); p == nil || *p == nil {

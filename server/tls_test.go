@@ -232,10 +232,15 @@ func httpsGet(t *testing.T, addr, path string, cfg *tls.Config) (int, string) {
 func TestHTTPListenersOverTLS(t *testing.T) {
 	t.Parallel()
 	p := newPKI(t)
-	s := startTLS(t, p, server.Options{AdminToken: token, ClientAuth: []string{server.ListenerGRPC},
+	s := startTLS(t, p, server.Options{AdminToken: token, ClientAuth: []string{server.ListenerGRPC}, NoJSON: true,
 		TLS: tlsconfig.Server{CertFile: p.files.Cert, KeyFile: p.files.Key, ClientCAFile: p.files.CA}})
 	if code, _ := httpsGet(t, s.HTTPAddr(), "/healthz", p.clientTLS()); code != 200 {
 		t.Errorf("/healthz over TLS, no client certificate (http is not in --tls-client-auth): %d", code)
+	}
+	// NoJSON: a client without a certificate cannot spend what Envoy's
+	// calls spend through the listener probes reach.
+	if code, body := httpsGet(t, s.HTTPAddr(), "/json", p.clientTLS()); code != http.StatusNotFound {
+		t.Errorf("/json with NoJSON: %d %s; want 404", code, body)
 	}
 	if err := shouldRateLimit(rlsClient(t, s.GRPCAddr(), credentials.NewTLS(p.clientTLS()))); status.Code(err) != codes.Unavailable {
 		t.Errorf("gRPC without a client certificate: %v; want refused", err)
@@ -255,6 +260,7 @@ func TestHTTPListenersOverTLS(t *testing.T) {
 		Listeners map[string]struct {
 			TLS                bool   `json:"tls"`
 			ClientCertificates string `json:"client_certificates"`
+			JSON               *bool  `json:"json"`
 		} `json:"listeners"`
 		TLS struct {
 			Certificate tlsconfig.Summary `json:"certificate"`
@@ -264,7 +270,7 @@ func TestHTTPListenersOverTLS(t *testing.T) {
 	if err := json.Unmarshal([]byte(body), &d); code != 200 || err != nil {
 		t.Fatalf("/admin/config: %d %s %v", code, body, err)
 	}
-	if d.Version == "" || d.Listeners["grpc"].ClientCertificates != "required" || d.Listeners["http"].ClientCertificates != "not asked" ||
+	if d.Version == "" || d.Listeners["grpc"].ClientCertificates != "required" || d.Listeners["http"].JSON == nil || *d.Listeners["http"].JSON || d.Listeners["http"].ClientCertificates != "not asked" ||
 		!d.Listeners["admin"].TLS || d.TLS.Certificate.CertFile != p.files.Cert || d.TLS.Certificate.CAFile != p.files.CA || d.Store.Kind != "memory" {
 		t.Errorf("/admin/config: %s", body)
 	}

@@ -460,9 +460,15 @@ func (f *File) validate() error {
 		return f.errAt([]any{"admin", "listen"}, "admin listen %q: the gateway's own listen address; give the admin another port", f.Admin.Listen)
 	}
 	for _, l := range []struct {
-		at  string
-		tls tlsconfig.Server
-	}{{"tls", f.TLS}, {"admin.tls", f.Admin.TLS}} {
+		at   string
+		path []any
+		tls  tlsconfig.Server
+	}{{"tls", []any{"tls"}, f.TLS}, {"admin.tls", []any{"admin", "tls"}, f.Admin.TLS}} {
+		// A section written but empty (tls: {}, or a template's empty
+		// values) would be clear text without a word: refused.
+		if n, found := f.node(l.path); found && !isImplicitNull(n) && n.ShortTag() != "!!null" && !l.tls.Enabled() {
+			return f.errAt(l.path, "%s: present but empty — give cert_file and key_file for TLS, or leave %s out for clear text", strings.ReplaceAll(l.at, ".", " "), l.at)
+		}
 		if err := l.tls.Validate(); err != nil {
 			return f.ErrorAt(l.at+"."+tlsconfig.FieldOf(err), fmt.Errorf("%s %w", strings.ReplaceAll(l.at, ".", " "), err))
 		}
@@ -737,6 +743,9 @@ const (
 // user information. A host:port without a scheme (localhost:3000,
 // 127.0.0.1:3000) is refused with the URL it probably means.
 func CheckUpstream(u string) error {
+	if hasUserInfo(u) { // a password, most likely: never repeated
+		return errors.New("upstream: a URL with user information (not repeated here: it may hold a password); give the upstream's address alone")
+	}
 	if _, port, err := net.SplitHostPort(u); err == nil && port != "" && !strings.Contains(u, "/") {
 		return fmt.Errorf("upstream %q: an http:// or https:// URL with a host (did you mean http://%s?)", short(u), short(u))
 	}
@@ -747,10 +756,19 @@ func CheckUpstream(u string) error {
 	if err != nil || p.Scheme != "http" && p.Scheme != "https" || p.Host == "" {
 		return fmt.Errorf("upstream %q: an http:// or https:// URL with a host", short(u))
 	}
-	if p.User != nil {
-		return fmt.Errorf("upstream %q: no user information in the URL", short(u))
-	}
 	return nil
+}
+
+// hasUserInfo reports whether u's authority (after "scheme://", up to the
+// path, query or fragment) holds an "@".
+func hasUserInfo(u string) bool {
+	if _, rest, ok := strings.Cut(u, "://"); ok {
+		u = rest
+	}
+	if i := strings.IndexAny(u, "/?#"); i >= 0 {
+		u = u[:i]
+	}
+	return strings.Contains(u, "@")
 }
 
 // checkProxy checks a trusted proxy entry as the gateway's start reads it

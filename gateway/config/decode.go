@@ -6,9 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"math"
-	"os"
 	"reflect"
 	"slices"
 	"strconv"
@@ -25,29 +23,14 @@ import (
 // Load reads and validates the file at path. A file that cannot be read,
 // or is larger than MaxFileSize, is an *Error too (wrapping the cause).
 func Load(path string) (*File, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, readError(path, err)
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
-	if err != nil {
-		return nil, readError(path, err)
-	}
-	if len(data) > MaxFileSize {
-		return nil, &Error{File: path, Reason: configfile.TooLarge}
+	data, err := configfile.ReadFile(path, MaxFileSize)
+	if fe := (*configfile.FileError)(nil); errors.As(err, &fe) {
+		if fe.TooLarge {
+			return nil, &Error{File: path, Reason: configfile.TooLarge}
+		}
+		return nil, &Error{File: path, Reason: fe.Reason, Err: fe.Err}
 	}
 	return Parse(path, data)
-}
-
-// readError is a file that cannot be read, said without repeating its
-// path.
-func readError(path string, err error) error {
-	reason := err.Error()
-	if pe := (*fs.PathError)(nil); errors.As(err, &pe) {
-		reason = "cannot " + pe.Op + " it: " + pe.Err.Error()
-	}
-	return &Error{File: path, Reason: reason, Err: err}
 }
 
 // Parse reads and validates a configuration; name is used in messages.

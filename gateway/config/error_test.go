@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/sluicehq/sluice"
@@ -54,12 +55,20 @@ func TestLoadErrors(t *testing.T) {
 	dir := t.TempDir()
 	_, err := config.Load(filepath.Join(dir, "missing.yaml"))
 	var e *config.Error
-	if !errors.As(err, &e) || !errors.Is(err, fs.ErrNotExist) || e.Line != 0 || e.Reason != "cannot open it: no such file or directory" {
+	if !errors.As(err, &e) || !errors.Is(err, fs.ErrNotExist) || e.Line != 0 || e.Reason != "no such file" {
 		t.Errorf("missing file: %v, want a *config.Error wrapping fs.ErrNotExist", err)
 	}
-	_, err = config.Load(dir) // a directory opens, and cannot be read
-	if !errors.As(err, &e) || e.File != dir || e.Err == nil {
-		t.Errorf("a directory: %v, want a *config.Error with its cause", err)
+	_, err = config.Load(dir)
+	if !errors.As(err, &e) || e.File != dir || e.Reason != "a directory, not a file" {
+		t.Errorf("a directory: %v, want a *config.Error saying so", err)
+	}
+	fifo := filepath.Join(dir, "fifo.yaml")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = config.Load(fifo) // opening it for reading would wait for a writer
+	if !errors.As(err, &e) || e.File != fifo || !strings.HasPrefix(e.Reason, "not a regular file") {
+		t.Errorf("a named pipe: %v, want a *config.Error saying it is not a regular file", err)
 	}
 	bad := filepath.Join(dir, "bad.yaml")
 	if err := os.WriteFile(bad, []byte("listen: 127.0.0.1:0\nlimts: []\n"), 0o600); err != nil {
@@ -84,6 +93,9 @@ func TestMessagesSayWhatToWrite(t *testing.T) {
 		{"admin: {lsten: x}\n" + ok, `1: unknown field "lsten" (did you mean "listen"?)`},
 		{"admin: {token: x}\n" + ok, `1: token: a secret is not written in the configuration file, which is copied, diffed and committed; give token_file (a file holding it) or token_env (an environment variable holding it)`},
 		{"admin: {secret: x}\n" + ok, `1: secret: a secret is not written in the configuration file`},
+		{"upstream: http://u:hunter2@127.0.0.1:1\n" + ok, `1: upstream: a URL with user information (not repeated here: it may hold a password)`},
+		{"tls: {}\n" + ok, `1: tls: present but empty — give cert_file and key_file for TLS, or leave tls out for clear text`},
+		{"admin: {tls: {cert_file: ''}}\n" + ok, `1: admin tls: present but empty`},
 		{"admin: {sekret: x}\n" + ok, `1: unknown field "sekret" (the fields here: listen, token_file, token_env, tls)`},
 		{"store: {kind: redis, redis: {password: hunter2}}\n" + ok, `1: password: a secret is not written in the configuration file, which is copied, diffed and committed; give password_file (a file holding it) or password_env`},
 		{"store: {kind: redis, redis: {sentinel: {master: m, addrs: ['127.0.0.1:26379'], password: x}}}\n" + ok, `1: password: a secret is not written in the configuration file`},

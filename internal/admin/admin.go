@@ -45,8 +45,11 @@ func Handler(opts Options, next http.Handler) http.Handler {
 			writeError(w, http.StatusForbidden, off)
 			return
 		}
-		got, bearer := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !bearer || subtle.ConstantTimeCompare([]byte(got), token) != 1 {
+		// The scheme's name is case-insensitive (RFC 9110, 11.1); the
+		// token is compared whole, in constant time for its length.
+		auth := r.Header.Get("Authorization")
+		bearer := len(auth) > len("Bearer ") && strings.EqualFold(auth[:len("Bearer ")], "Bearer ")
+		if !bearer || subtle.ConstantTimeCompare([]byte(auth[len("Bearer "):]), token) != 1 {
 			w.Header().Set("WWW-Authenticate", Challenge)
 			writeError(w, http.StatusUnauthorized, "unauthorized: send Authorization: Bearer and the admin token")
 			return

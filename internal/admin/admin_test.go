@@ -38,7 +38,9 @@ func TestHandler(t *testing.T) {
 		{"on, a prefix of the token", on, "Bearer " + token[:20], 401, badBody, admin.Challenge, true},
 		{"on, the token and more", on, "Bearer " + token + "x", 401, badBody, admin.Challenge, true},
 		{"on, no Bearer scheme", on, token, 401, badBody, admin.Challenge, true},
-		{"on, lower-case scheme", on, "bearer " + token, 401, badBody, admin.Challenge, true},
+		{"on, lower-case scheme (case-insensitive, RFC 9110)", on, "bearer " + token, 200, "in\n", "", false},
+		{"on, upper-case scheme", on, "BEARER " + token, 200, "in\n", "", false},
+		{"on, another scheme", on, "Basic " + token, 401, badBody, admin.Challenge, true},
 		{"on, empty bearer", on, "Bearer ", 401, badBody, admin.Challenge, true},
 		{"on, the token", on, "Bearer " + token, 200, "in\n", "", false},
 	} {

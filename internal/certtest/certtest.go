@@ -6,9 +6,11 @@
 package certtest
 
 import (
+	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/rsa"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
@@ -81,6 +83,8 @@ type Leaf struct {
 	Client, Both bool
 	// NotBefore and NotAfter; defaults an hour ago and 90 days from now.
 	NotBefore, NotAfter time.Time
+	// RSABits, when set, makes an RSA key of that size instead of P-256.
+	RSABits int
 }
 
 // Pair is an issued certificate with its key, PEM-encoded.
@@ -93,7 +97,14 @@ type Pair struct {
 // Issue signs a certificate for leaf.
 func (ca *CA) Issue(t testing.TB, leaf Leaf) Pair {
 	t.Helper()
-	key := newKey(t)
+	var key crypto.Signer = newKey(t)
+	if leaf.RSABits > 0 {
+		k, err := rsa.GenerateKey(rand.Reader, leaf.RSABits)
+		if err != nil {
+			t.Fatal(err)
+		}
+		key = k
+	}
 	if leaf.CommonName == "" {
 		leaf.CommonName = "localhost"
 	}
@@ -123,7 +134,7 @@ func (ca *CA) Issue(t testing.TB, leaf Leaf) Pair {
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  usage,
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.Key)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, key.Public(), ca.Key)
 	if err != nil {
 		t.Fatal(err)
 	}

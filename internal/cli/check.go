@@ -2,11 +2,11 @@ package cli
 
 import (
 	"log/slog"
+	"slices"
 	"strings"
 
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"regexp"
 
@@ -16,6 +16,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluicehq/sluice/gateway/config"
+	"github.com/sluicehq/sluice/internal/configfile"
 	"github.com/sluicehq/sluice/server"
 )
 
@@ -111,6 +112,12 @@ func checkServe(f *serveFlags) (string, error) {
 			auth = "client certificates: required on " + strings.Join(on, ", ")
 		}
 		lines = append(lines, "  tls (grpc, http, admin): "+checked.TLS.String(), "  "+auth)
+		if opts.TLS.ClientCAFile != "" && len(opts.ClientAuth) > 0 && !slices.Contains(opts.ClientAuth, server.ListenerHTTP) && !opts.NoJSON {
+			lines = append(lines, "  warning: POST /json on the HTTP listener takes clients without a certificate, who can spend what Envoy's calls spend (--json=false leaves that listener to probes and metrics)")
+		}
+	}
+	if opts.NoJSON {
+		lines = append(lines, "  POST /json: off (the HTTP listener serves /healthz, /readyz and /metrics)")
 	}
 	if checked.Redis != nil {
 		lines = append(lines, "  redis: "+checked.Redis.String())
@@ -131,13 +138,8 @@ func isEnvoyConfig(path string) bool {
 	}
 	// Bounded: a file too large for either parser is refused by the
 	// gateway's, which says so, without reading it whole here.
-	f, err := os.Open(path)
+	b, err := configfile.ReadFile(path, config.MaxFileSize)
 	if err != nil {
-		return false
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, config.MaxFileSize+1))
-	if err != nil || len(b) > config.MaxFileSize {
 		return false
 	}
 	var top map[string]any

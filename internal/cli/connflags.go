@@ -153,6 +153,17 @@ func (c *connFlags) options(fs *pflag.FlagSet, opts *server.Options) error {
 			return err
 		}
 	}
+	// A flag given empty (a template's unset variable) would quietly mean
+	// clear text, or no secret: refused.
+	var empty string
+	fs.Visit(func(f *pflag.Flag) {
+		if empty == "" && f.Value.Type() == "string" && f.Value.String() == "" && (strings.HasSuffix(f.Name, "-file") || strings.HasSuffix(f.Name, "-env")) {
+			empty = f.Name
+		}
+	})
+	if empty != "" {
+		return usagef("--%s is given empty: give a file or a variable, or leave the flag out", empty)
+	}
 	conn, err := c.connection(fs)
 	if err != nil {
 		return err

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"net"
 	"os"
 	"os/signal"
 	"syscall"
@@ -27,7 +28,7 @@ type serveFlags struct {
 	maxDescriptors, maxConnections   int
 	grpcMaxStreams                   int
 	grpcIdleTimeout, grpcCallTimeout time.Duration
-	responseHeaders                  bool
+	responseHeaders, json            bool
 	conn                             connFlags
 	fs                               *pflag.FlagSet
 }
@@ -70,8 +71,9 @@ func (f *serveFlags) register(fs *pflag.FlagSet) {
 	fs.IntVar(&f.maxConnections, "max-connections", server.DefaultMaxConnections, "connections each listener holds at once, at least 1; more wait in the listen backlog")
 	fs.IntVar(&f.grpcMaxStreams, "grpc-max-streams", server.DefaultGRPCMaxStreams, "gRPC calls in flight on one connection at most, from 1 to 2147483647 (announced as HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS); a stream past it is refused (REFUSED_STREAM, safe to retry)")
 	fs.DurationVar(&f.grpcCallTimeout, "grpc-call-timeout", server.DefaultGRPCCallTimeout, "end a gRPC call with DEADLINE_EXCEEDED this long after it starts if it has not answered (a request message that never comes, or a longer client deadline); a streaming call (health Watch) only until its first message; positive")
+	fs.BoolVar(&f.json, "json", true, "serve POST /json on the HTTP listener; false leaves it /healthz, /readyz and /metrics, for a listener Kubernetes probes reach without a client certificate (see --tls-client-auth)")
 	fs.BoolVar(&f.responseHeaders, "response-headers", false, "ask Envoy to add RateLimit-Policy and RateLimit (draft-11) to responses (default off, as envoyproxy/ratelimit)")
-	inGroup(fs, groupListeners, "config", "http-addr", "grpc-addr", "admin-addr")
+	inGroup(fs, groupListeners, "config", "http-addr", "grpc-addr", "admin-addr", "json")
 	inGroup(fs, groupLimits, "max-descriptors", "grpc-idle-timeout", "max-connections", "grpc-max-streams", "grpc-call-timeout", "response-headers")
 	f.conn.register(fs)
 	inGroup(fs, groupRedis, "on-redis-failure")
@@ -83,9 +85,16 @@ func (f *serveFlags) options(log *slog.Logger) (server.Options, error) {
 	if f.config == "" {
 		return server.Options{}, usagef("--config is required: an envoyproxy/ratelimit YAML file, or a directory of them")
 	}
+	bound := map[string]string{}
 	for _, a := range []struct{ flag, addr string }{{"http-addr", f.httpAddr}, {"grpc-addr", f.grpcAddr}, {"admin-addr", f.adminAddr}} {
 		if err := configfile.CheckAddr(a.addr); err != nil {
 			return server.Options{}, usagef("--%s %q: %v", a.flag, a.addr, err)
+		}
+		if _, port, _ := net.SplitHostPort(a.addr); port != "0" {
+			if other, twice := bound[a.addr]; twice {
+				return server.Options{}, usagef("--%s %q: the address of --%s too; each listener needs its own", a.flag, a.addr, other)
+			}
+			bound[a.addr] = a.flag
 		}
 	}
 	switch {
@@ -101,7 +110,7 @@ func (f *serveFlags) options(log *slog.Logger) (server.Options, error) {
 	opts := server.Options{
 		Load: server.EnvoyLoader(f.config), Watch: []string{f.config},
 		HTTPAddr: f.httpAddr, GRPCAddr: f.grpcAddr, AdminAddr: f.adminAddr,
-		RedisPolicy: f.onRedisFailure, MaxDescriptors: f.maxDescriptors, ResponseHeaders: f.responseHeaders, Logger: log,
+		RedisPolicy: f.onRedisFailure, MaxDescriptors: f.maxDescriptors, ResponseHeaders: f.responseHeaders, Logger: log, NoJSON: !f.json,
 		GRPCIdleTimeout: f.grpcIdleTimeout, MaxConnections: f.maxConnections,
 		GRPCMaxStreams: f.grpcMaxStreams, GRPCCallTimeout: f.grpcCallTimeout,
 	}

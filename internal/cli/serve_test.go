@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -144,6 +145,7 @@ func TestServeBadFlagSaysWhich(t *testing.T) {
 		{[]string{"--http-addr", "127.0.0.1:99999"}, `sluice serve: --http-addr "127.0.0.1:99999": the port must be a number from 0 to 65535`},
 		{[]string{"--admin-addr", "localhost"}, `sluice serve: --admin-addr "localhost": host:port`},
 		{[]string{"--grpc-addr", "::1:80"}, `sluice serve: --grpc-addr "::1:80": an IPv6 address goes in brackets`},
+		{[]string{"--http-addr", "127.0.0.1:18080", "--admin-addr", "127.0.0.1:18080"}, `sluice serve: --admin-addr "127.0.0.1:18080": the address of --http-addr too; each listener needs its own`},
 		{[]string{"--redis", "127.0.0.1:6379,localhost"}, `sluice serve: --redis: "localhost": host:port, e.g. 127.0.0.1:8080 or [::1]:8080 (Redis listens on 6379 by default)`},
 	} {
 		code, out, errOut := run(append([]string{"serve", "--config", t.TempDir()}, c.args...)...)
@@ -180,7 +182,7 @@ func TestServeConnectionFlags(t *testing.T) {
 		{[]string{"--redis", "127.0.0.1:6379", "--redis-password-file", "/x", "--redis-password-env", "X"}, 2, "--redis-password-file and --redis-password-env: give one"},
 		{[]string{"--redis-username", "sluice"}, 2, "--redis-username configures the Redis connection: give --redis (or --redis-sentinel-master) too"},
 		{[]string{"--redis", "127.0.0.1:6379", "--redis-username", "sluice"}, 2, `--redis-username: "sluice" needs its password`},
-		{[]string{"--redis", "redis://u:" + secret + "@127.0.0.1:6379"}, 2, "--redis: a URL with user information (not repeated here: it may hold a password)"},
+		{[]string{"--redis", "redis://u:" + secret + "@127.0.0.1:6379"}, 2, "--redis: a URL (not repeated here: it may hold a password)"},
 		{[]string{"--redis", "127.0.0.1:6379", "--redis-sentinel-master", "m", "--redis-sentinel-addrs", "127.0.0.1:26379"}, 2, "--redis-sentinel-master: addresses and a Sentinel are both given: give one"},
 		{[]string{"--redis-sentinel-master", "m"}, 2, "--redis-sentinel-addrs: the Sentinels' addresses are required"},
 		{[]string{"--redis", "127.0.0.1:6379", "--redis-sentinel-password-file", missing}, 2, "--redis-sentinel-master: addresses and a Sentinel are both given"},
@@ -190,6 +192,8 @@ func TestServeConnectionFlags(t *testing.T) {
 		{[]string{"--redis", "127.0.0.1:6379", "--redis-tls-server-name", "rediss://x"}, 2, "--redis-tls-server-name: \"rediss://x\": a host name or an IP address"},
 		{[]string{"--redis", "127.0.0.1:6379", "--redis-timeout", "0s"}, 2, "--redis-timeout 0s: must be positive"},
 		{[]string{"--tls-cert-file", files.Cert}, 2, "--tls-key-file: TLS needs the certificate's key"},
+		{[]string{"--tls-cert-file", "", "--tls-key-file", ""}, 2, "--tls-cert-file is given empty: give a file or a variable, or leave the flag out"},
+		{[]string{"--admin-token-env="}, 2, "--admin-token-env is given empty"},
 		{[]string{"--tls-min-version", "1.1", "--tls-cert-file", files.Cert, "--tls-key-file", files.Key}, 2, `--tls-min-version: "1.1": 1.2 or 1.3`},
 		{[]string{"--tls-client-auth", "grpc"}, 2, "--tls-client-auth needs --tls-client-ca-file"},
 		{[]string{"--tls-cert-file", files.Cert, "--tls-key-file", files.Key, "--tls-client-ca-file", files.CA, "--tls-client-auth", "grpc,ftp"}, 2, `--tls-client-auth "ftp": grpc, http or admin`},
@@ -214,6 +218,27 @@ func TestServeConnectionFlags(t *testing.T) {
 			if code != c.code || !strings.Contains(errOut.String(), c.says) || strings.Contains(out.String()+errOut.String(), secret) {
 				t.Errorf("sluice %s %q: exit %d, stderr %q; want exit %d saying %q, never the secret", cmd, c.args, code, errOut.String(), c.code, c.says)
 			}
+		}
+	}
+}
+
+// A named pipe given as the configuration is refused at once by every
+// command (opening it to read would wait for a writer, and a process
+// waiting there ignored SIGTERM).
+func TestConfigNamedPipe(t *testing.T) {
+	t.Parallel()
+	fifo := filepath.Join(t.TempDir(), "config.yaml")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"check", fifo}, {"serve", "--config", fifo}, {"gateway", "--config", fifo}} {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		var out, errOut logtest.Buffer
+		start := time.Now()
+		code := Main(ctx, args, &out, &errOut)
+		cancel()
+		if code != 1 || !strings.Contains(errOut.String(), "not a regular file") || time.Since(start) > 5*time.Second {
+			t.Errorf("sluice %v: exit %d after %v, stderr %q; want exit 1 at once, saying it is not a regular file", args, code, time.Since(start), errOut.String())
 		}
 	}
 }

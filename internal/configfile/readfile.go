@@ -17,6 +17,8 @@ type FileError struct {
 	// Err is the cause, when there is one (for errors.Is(err,
 	// os.ErrNotExist)).
 	Err error
+	// TooLarge: the file is larger than the bound.
+	TooLarge bool
 }
 
 func (e *FileError) Error() string { return e.Reason }
@@ -50,7 +52,7 @@ func ReadFile(path string, max int) ([]byte, error) {
 		return nil, &FileError{Reason: reasonOf(err), Err: err}
 	}
 	if len(b) > max {
-		return nil, &FileError{Reason: fmt.Sprintf("larger than %d bytes: not the file it should be (is the path right?)", max)}
+		return nil, &FileError{Reason: fmt.Sprintf("larger than %d bytes: not the file it should be (is the path right?)", max), TooLarge: true}
 	}
 	return b, nil
 }

@@ -155,18 +155,15 @@ func tlsErr(err error) error {
 	return fieldErr(err, "tls", tlsconfig.FieldOf(err))
 }
 
-// checkAddr checks a Redis or Sentinel address: host:port. A URL is
-// refused without repeating it when it holds user information (a
-// password, most likely).
+// checkAddr checks a Redis or Sentinel address: host:port. A URL, or an
+// address with user information, is refused without being repeated (a
+// password may be in it, as user information or in a query).
 func checkAddr(a string) error {
-	if scheme, rest, isURL := strings.Cut(a, "://"); isURL && !strings.ContainsAny(scheme, "/@[]") {
-		if strings.Contains(rest, "@") {
-			return errors.New("a URL with user information (not repeated here: it may hold a password); give host:port, and the password in password_file or password_env")
-		}
-		return fmt.Errorf("%q: host:port, not a URL (TLS is the tls setting)", a)
+	if strings.Contains(a, "://") {
+		return errors.New("a URL (not repeated here: it may hold a password); give host:port, TLS in the tls settings, and the password in its file or variable")
 	}
 	if strings.Contains(a, "@") {
-		return errors.New("an address with user information (not repeated here: it may hold a password); give host:port, and the password in password_file or password_env")
+		return errors.New("an address with user information (not repeated here: it may hold a password); give host:port, and the password in its file or variable")
 	}
 	if err := configfile.CheckAddr(a); err != nil {
 		return fmt.Errorf("%q: %w (Redis listens on 6379 by default)", a, err)

@@ -28,8 +28,9 @@ func TestValidate(t *testing.T) {
 		says  string
 	}{
 		{"an address without a port", redisconfig.Connection{Addrs: []string{"redis"}}, "addrs[0]", `"redis": host:port`},
-		{"a URL", redisconfig.Connection{Addrs: []string{"127.0.0.1:6379", "rediss://redis:6380"}}, "addrs[1]", "host:port, not a URL"},
-		{"a URL with a password", redisconfig.Connection{Addrs: []string{"redis://u:" + password + "@redis:6379"}}, "addrs[0]", "a URL with user information (not repeated here"},
+		{"a URL", redisconfig.Connection{Addrs: []string{"127.0.0.1:6379", "rediss://redis:6380"}}, "addrs[1]", "a URL (not repeated here: it may hold a password); give host:port"},
+		{"a URL with a password", redisconfig.Connection{Addrs: []string{"redis://u:" + password + "@redis:6379"}}, "addrs[0]", "a URL (not repeated here"},
+		{"a URL with a password in its query", redisconfig.Connection{Addrs: []string{"redis://redis:6379/?password=" + password}}, "addrs[0]", "a URL (not repeated here"},
 		{"user information", redisconfig.Connection{Addrs: []string{":" + password + "@redis:6379"}}, "addrs[0]", "user information"},
 		{"a user without password", redisconfig.Connection{Username: "sluice"}, "username", `"sluice" needs its password`},
 		{"two password sources", redisconfig.Connection{PasswordFile: "/x", PasswordEnv: "X"}, "password_env", "give one"},
@@ -39,7 +40,7 @@ func TestValidate(t *testing.T) {
 		{"addresses and Sentinel", redisconfig.Connection{Addrs: []string{"a:1"}, Sentinel: sentinel}, "sentinel", "are both given"},
 		{"Sentinel without master", redisconfig.Connection{Sentinel: &redisconfig.Sentinel{Addrs: []string{"a:1"}}}, "sentinel.master", "is required"},
 		{"Sentinel without addresses", redisconfig.Connection{Sentinel: &redisconfig.Sentinel{Master: "m"}}, "sentinel.addrs", "are required"},
-		{"a Sentinel URL with a password", redisconfig.Connection{Sentinel: &redisconfig.Sentinel{Master: "m", Addrs: []string{"redis://:" + password + "@s:26379"}}}, "sentinel.addrs[0]", "user information"},
+		{"a Sentinel URL with a password", redisconfig.Connection{Sentinel: &redisconfig.Sentinel{Master: "m", Addrs: []string{"redis://:" + password + "@s:26379"}}}, "sentinel.addrs[0]", "a URL (not repeated here"},
 		{"a Sentinel user without password", redisconfig.Connection{Sentinel: &redisconfig.Sentinel{Master: "m", Addrs: []string{"a:1"}, Username: "s"}}, "sentinel.username", "needs its password"},
 		{"TLS: a client key alone", redisconfig.Connection{TLS: &tlsconfig.Client{KeyFile: "/k"}}, "tls.cert_file", "needs its certificate"},
 	} {

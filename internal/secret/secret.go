@@ -78,8 +78,8 @@ type Rule struct {
 	// MinLength is the fewest bytes the value may have once trimmed.
 	// Default 1: a secret is never empty.
 	MinLength int
-	// OneWord refuses a value with white space inside (a token sent in a
-	// header).
+	// OneWord asks for one word of visible ASCII (0x21 to 0x7E): a token
+	// sent in an HTTP header, with no white space or control byte inside.
 	OneWord bool
 }
 
@@ -129,7 +129,7 @@ func Read(src Source, rule Rule) (string, error) {
 		raw = string(b)
 	default:
 		if !validEnvName(src.Env) {
-			return fail(nil, "an environment variable's name is written in capitals, digits and _, not starting with a digit (REDIS_PASSWORD)")
+			return fail(nil, "an environment variable's name is written in capitals, digits and _, not starting with a digit")
 		}
 		v, ok := os.LookupEnv(src.Env)
 		if !ok {
@@ -142,8 +142,8 @@ func Read(src Source, rule Rule) (string, error) {
 	switch {
 	case v == "":
 		return fail(nil, "empty (nothing but white space)")
-	case rule.OneWord && (len(v) < min || strings.ContainsAny(v, " \t\r\n\v\f")):
-		return fail(ErrRule, "must be one word of at least %d characters, without white space inside", min)
+	case rule.OneWord && (len(v) < min || strings.ContainsFunc(v, func(r rune) bool { return r < 0x21 || r > 0x7e })):
+		return fail(ErrRule, "must be one word of at least %d characters, visible ASCII without white space inside (it travels in an HTTP header)", min)
 	case len(v) < min:
 		return fail(ErrRule, "must be at least %d characters (surrounding white space is not counted)", min)
 	}

@@ -1,6 +1,7 @@
 package tlsconfig
 
 import (
+	"crypto/rsa"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
@@ -96,7 +97,7 @@ func (s Server) load(now time.Time) (*material, error) {
 	if err := s.Validate(); err != nil {
 		return nil, err
 	}
-	cert, sum, err := loadPair(s.CertFile, s.KeyFile, now, "cert_file", "key_file")
+	cert, sum, err := loadPair(s.CertFile, s.KeyFile, now, x509.ExtKeyUsageServerAuth)
 	if err != nil {
 		return nil, err
 	}
@@ -137,7 +138,7 @@ func (c Client) load(now time.Time) (*tls.Config, Summary, error) {
 	cfg := &tls.Config{MinVersion: v, ServerName: c.ServerName}
 	var sum Summary
 	if c.CertFile != "" {
-		cert, s, err := loadPair(c.CertFile, c.KeyFile, now, "cert_file", "key_file")
+		cert, s, err := loadPair(c.CertFile, c.KeyFile, now, x509.ExtKeyUsageClientAuth)
 		if err != nil {
 			return nil, Summary{}, err
 		}
@@ -174,7 +175,7 @@ func (c *clientCert) get(*tls.CertificateRequestInfo) (*tls.Certificate, error) 
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if st := stampOf(c.certFile, c.keyFile); st != c.stamp {
-		if cert, _, err := loadPair(c.certFile, c.keyFile, time.Now(), "cert_file", "key_file"); err == nil {
+		if cert, _, err := loadPair(c.certFile, c.keyFile, time.Now(), x509.ExtKeyUsageClientAuth); err == nil {
 			c.cert, c.stamp = cert, st
 		}
 	}
@@ -224,9 +225,17 @@ func types(blocks []*pem.Block) []string {
 
 func isKey(typ string) bool { return strings.HasSuffix(typ, "PRIVATE KEY") }
 
+// minRSABits is the smallest RSA key accepted: Go's TLS and most clients
+// refuse smaller ones in a handshake, so a certificate with one would load
+// and then fail every connection.
+const minRSABits = 2048
+
 // loadPair reads a certificate and its key, and checks that they belong
-// together and that the certificate is valid at now.
-func loadPair(certFile, keyFile string, now time.Time, certField, keyField string) (*tls.Certificate, Summary, error) {
+// together, that the certificate is valid at now, and that it can do its
+// part (usage: a server's, or a client's), as its peers will check: an
+// extended key usage that allows it, an RSA key of 2048 bits at least.
+func loadPair(certFile, keyFile string, now time.Time, usage x509.ExtKeyUsage) (*tls.Certificate, Summary, error) {
+	const certField, keyField = "cert_file", "key_file"
 	certPEM, certBlocks, err := readPEM(certFile, certField)
 	if err != nil {
 		return nil, Summary{}, err
@@ -266,6 +275,13 @@ func loadPair(certFile, keyFile string, now time.Time, certField, keyField strin
 	pair.Leaf = leaf
 	if err := validAt(leaf, now); err != "" {
 		return nil, Summary{}, certErr(err)
+	}
+	if len(leaf.ExtKeyUsage) > 0 && !slices.Contains(leaf.ExtKeyUsage, usage) && !slices.Contains(leaf.ExtKeyUsage, x509.ExtKeyUsageAny) {
+		role := map[x509.ExtKeyUsage]string{x509.ExtKeyUsageServerAuth: "a server (TLS Web Server Authentication)", x509.ExtKeyUsageClientAuth: "a client (TLS Web Client Authentication)"}[usage]
+		return nil, Summary{}, certErr(fmt.Sprintf("the certificate (%s) is not for %s: its extended key usage does not allow it, and every peer would refuse it", leaf.Subject, role))
+	}
+	if k, ok := leaf.PublicKey.(*rsa.PublicKey); ok && k.N.BitLen() < minRSABits {
+		return nil, Summary{}, certErr(fmt.Sprintf("the certificate (%s) has an RSA key of %d bits: Go's TLS and most peers refuse keys under %d bits", leaf.Subject, k.N.BitLen(), minRSABits))
 	}
 	sum := Summary{CertFile: certFile, Subject: leaf.Subject.String(), Names: names(leaf), NotBefore: leaf.NotBefore.UTC(), NotAfter: leaf.NotAfter.UTC()}
 	if len(sum.Names) == 0 {

@@ -55,6 +55,12 @@ func TestServerCheck(t *testing.T) {
 	futureCert := writeFile(t, dir, "future.crt", future.CertPEM)
 	futureKey := writeFile(t, dir, "future.key", future.KeyPEM)
 	empty := writeFile(t, dir, "empty.pem", nil)
+	clientOnly := ca.Issue(t, certtest.Leaf{Client: true})
+	clientOnlyCert, clientOnlyKey := writeFile(t, dir, "client-only.crt", clientOnly.CertPEM), writeFile(t, dir, "client-only.key", clientOnly.KeyPEM)
+	weak := ca.Issue(t, certtest.Leaf{RSABits: 1024})
+	weakCert, weakKey := writeFile(t, dir, "weak.crt", weak.CertPEM), writeFile(t, dir, "weak.key", weak.KeyPEM)
+	strong := ca.Issue(t, certtest.Leaf{RSABits: 2048})
+	strongCert, strongKey := writeFile(t, dir, "strong.crt", strong.CertPEM), writeFile(t, dir, "strong.key", strong.KeyPEM)
 	garbage := writeFile(t, dir, "garbage.pem", []byte("-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydGlmaWNhdGU=\n-----END CERTIFICATE-----\n"))
 	encrypted := writeFile(t, dir, "encrypted.key", pem.EncodeToMemory(&pem.Block{Type: "ENCRYPTED PRIVATE KEY", Bytes: []byte("x")}))
 	expiredCA := writeFile(t, dir, "expired-ca.crt", certtest.NewCAUntil(t, "expired CA", time.Now().Add(-time.Hour)).PEM)
@@ -64,6 +70,9 @@ func TestServerCheck(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	if _, err := (tlsconfig.Server{CertFile: strongCert, KeyFile: strongKey}).Check(time.Now()); err != nil {
+		t.Errorf("an RSA key of 2048 bits: %v", err)
+	}
 	if sum, err := (tlsconfig.Server{CertFile: cert, KeyFile: key, ClientCAFile: caFile}).Check(time.Now()); err != nil {
 		t.Fatalf("a good pair and CA: %v", err)
 	} else if sum.CertFile != cert || sum.Subject != "CN=localhost" || sum.CAs != 1 || len(sum.Warnings) != 0 || !strings.Contains(strings.Join(sum.Names, ","), "127.0.0.1") {
@@ -90,6 +99,8 @@ func TestServerCheck(t *testing.T) {
 		{"encrypted key", tlsconfig.Server{CertFile: cert, KeyFile: encrypted}, "key_file", "key file " + encrypted + ": an encrypted private key"},
 		{"expired", tlsconfig.Server{CertFile: expiredCert, KeyFile: expiredKey}, "cert_file", "certificate file " + expiredCert + ": the certificate (CN=localhost) expired on "},
 		{"not yet valid", tlsconfig.Server{CertFile: futureCert, KeyFile: futureKey}, "cert_file", "is not valid before "},
+		{"a client's certificate", tlsconfig.Server{CertFile: clientOnlyCert, KeyFile: clientOnlyKey}, "cert_file", "certificate file " + clientOnlyCert + ": the certificate (CN=localhost) is not for a server (TLS Web Server Authentication): its extended key usage does not allow it"},
+		{"an RSA key of 1024 bits", tlsconfig.Server{CertFile: weakCert, KeyFile: weakKey}, "cert_file", "has an RSA key of 1024 bits: Go's TLS and most peers refuse keys under 2048 bits"},
 		{"a key as CA", tlsconfig.Server{CertFile: cert, KeyFile: key, ClientCAFile: key}, "client_ca_file", "client CA file " + key + ": holds a private key"},
 		{"an empty CA", tlsconfig.Server{CertFile: cert, KeyFile: key, ClientCAFile: empty}, "client_ca_file", "client CA file " + empty + ": no certificate in it"},
 		{"an expired CA", tlsconfig.Server{CertFile: cert, KeyFile: key, ClientCAFile: expiredCA}, "client_ca_file", "client CA file " + expiredCA + ": the certificate (CN=expired CA,O=sluice tests) expired on"},

@@ -74,7 +74,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -395,17 +394,12 @@ func LoadDir(dir string) (*Config, error) {
 }
 
 func readFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("envoyconfig: %w", err)
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
-	if err != nil {
-		return nil, fmt.Errorf("envoyconfig: read %s: %w", path, err)
-	}
-	if len(data) > MaxFileSize {
-		return nil, &Error{File: path, Reason: tooLarge}
+	data, err := configfile.ReadFile(path, MaxFileSize)
+	if fe := (*configfile.FileError)(nil); errors.As(err, &fe) {
+		if fe.TooLarge {
+			return nil, &Error{File: path, Reason: tooLarge}
+		}
+		return nil, &Error{File: path, Reason: fe.Reason, Err: fe.Err}
 	}
 	return data, nil
 }
