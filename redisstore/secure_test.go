@@ -250,7 +250,7 @@ func TestDialTLS(t *testing.T) {
 	})
 }
 
-// closer is a server that reads what a client sends and closes the
+// heardServer is a server that reads what a client sends and closes the
 // connection without answering, recording what it heard.
 type heardServer struct {
 	addr  string
@@ -266,28 +266,14 @@ func (h *heardServer) bytes() string {
 
 func closer(t *testing.T) *heardServer {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := &heardServer{addr: l.Addr().String()}
-	var wg sync.WaitGroup
-	t.Cleanup(wg.Wait)
-	t.Cleanup(func() { l.Close() })
-	wg.Go(func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			_ = c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
-			b := make([]byte, 4096)
-			n, _ := c.Read(b)
-			h.mu.Lock()
-			h.heard = append(h.heard, b[:n]...)
-			h.mu.Unlock()
-			c.Close()
-		}
+	h := &heardServer{}
+	h.addr = redistest.Impostor(t, func(c net.Conn) {
+		_ = c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		b := make([]byte, 4096)
+		n, _ := c.Read(b)
+		h.mu.Lock()
+		h.heard = append(h.heard, b[:n]...)
+		h.mu.Unlock()
 	})
 	return h
 }
@@ -296,24 +282,7 @@ func closer(t *testing.T) *heardServer {
 // clear text.
 func plainTalker(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	t.Cleanup(wg.Wait)
-	t.Cleanup(func() { l.Close() })
-	wg.Go(func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			_, _ = c.Write([]byte("-ERR unknown command\r\n"))
-			c.Close()
-		}
-	})
-	return l.Addr().String()
+	return redistest.Impostor(t, func(c net.Conn) { _, _ = c.Write([]byte("-ERR unknown command\r\n")) })
 }
 
 // Printed with fmt or log/slog, the options hide their passwords.

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -131,24 +130,8 @@ func TestDialRefusesBadOptions(t *testing.T) {
 func TestConnBeforeConnecting(t *testing.T) {
 	t.Parallel()
 	// A server that answers, but not as Redis does.
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	t.Cleanup(wg.Wait)
-	t.Cleanup(func() { l.Close() })
-	wg.Go(func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			c.Write([]byte("HTTP/1.1 400 Bad Request\r\n\r\n"))
-			c.Close()
-		}
-	})
-	conn, err := redisstore.Dial(redisstore.DialOptions{Addrs: []string{l.Addr().String()}, MaxBackoff: time.Hour})
+	addr := redistest.Impostor(t, func(c net.Conn) { _, _ = c.Write([]byte("HTTP/1.1 400 Bad Request\r\n\r\n")) })
+	conn, err := redisstore.Dial(redisstore.DialOptions{Addrs: []string{addr}, MaxBackoff: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -321,3 +321,29 @@ func (p *Proxy) pipe(from, to net.Conn, replies bool) {
 		}
 	}
 }
+
+// Impostor starts a TCP server on a free loopback port that is not Redis:
+// each connection is handed to serve, then closed. For tests of what a
+// client does with a server that says something else, or nothing. The
+// test's cleanup stops it and waits for its goroutines.
+func Impostor(t testing.TB, serve func(net.Conn)) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(wg.Wait)
+	t.Cleanup(func() { l.Close() })
+	wg.Go(func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			serve(c)
+			c.Close()
+		}
+	})
+	return l.Addr().String()
+}
