@@ -29,11 +29,12 @@ import (
 const slack = time.Second
 
 // serve runs a decision service with the options (listeners and
-// configuration filled in) until the end of the test.
+// configuration filled in: api_key 1000 a minute) until the end of the
+// test.
 func serve(t testing.TB, opts server.Options) *server.Server {
 	t.Helper()
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "edge.yaml"), []byte(config(100)), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "edge.yaml"), []byte(config(1000)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	opts.Load, opts.Watch = server.EnvoyLoader(dir), []string{dir}

@@ -95,33 +95,14 @@ func (c *counting) Allow(ctx context.Context, key string, l sluice.Limit, cost f
 	return c.Store.Allow(ctx, key, l, cost)
 }
 
-// startTLS runs a server with opts over the PKI's files; it is stopped
-// at the test's end.
+// startTLS runs a server with opts (see serve), over the PKI's
+// certificate unless opts names TLS files of its own.
 func startTLS(t *testing.T, p *pki, opts server.Options) *server.Server {
 	t.Helper()
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "edge.yaml"), []byte(config(1000)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	opts.Load = server.EnvoyLoader(dir)
-	opts.HTTPAddr, opts.GRPCAddr, opts.AdminAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
 	if opts.TLS.CertFile == "" {
 		opts.TLS = tlsconfig.Server{CertFile: p.files.Cert, KeyFile: p.files.Key}
 	}
-	s, err := server.New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx, nil) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	})
-	return s
+	return serve(t, opts)
 }
 
 // rlsClient is a real grpc-go client of the server's RLS over creds.

@@ -74,9 +74,10 @@ func (s Summary) String() string {
 
 // material is what a Server's files hold, read and checked.
 type material struct {
-	cert    *tls.Certificate // Leaf set
-	pool    *x509.CertPool   // the client CAs; nil without mTLS
-	summary Summary
+	cert     *tls.Certificate // Leaf set
+	pool     *x509.CertPool   // the client CAs; nil without mTLS
+	summary  Summary
+	loadedAt time.Time // when a Reloader put it in force
 }
 
 // Check reads s's files and checks them as a listener would at start (see

@@ -48,7 +48,6 @@ type Reloader struct {
 	views []*view
 
 	reloads, refused atomic.Uint64
-	loadedAt         atomic.Pointer[time.Time]
 }
 
 // view is one listener's configuration: its protocols and whether it
@@ -88,9 +87,8 @@ func NewReloader(s Server, opts ReloaderOptions) (*Reloader, error) {
 		r.Close()
 		return nil, err
 	}
+	m.loadedAt = r.now()
 	r.cur.Store(m)
-	at := r.now()
-	r.loadedAt.Store(&at)
 	return r, nil
 }
 
@@ -143,13 +141,12 @@ func (r *Reloader) Reload() error {
 		r.log.Error("TLS files refused; the certificate in force stays", "listeners", r.name, "err", err, "in_force", old.Subject, "not_after", old.NotAfter)
 		return err
 	}
+	m.loadedAt = r.now()
 	r.cur.Store(m)
 	for _, v := range r.views {
 		v.cfg.Store(r.build(m, v))
 	}
 	r.reloads.Add(1)
-	at := r.now()
-	r.loadedAt.Store(&at)
 	r.log.Info("TLS certificate loaded", "listeners", r.name, "subject", m.summary.Subject, "not_after", m.summary.NotAfter, "client_cas", m.summary.CAs)
 	return nil
 }
@@ -190,5 +187,6 @@ type Stats struct {
 
 // Stats returns the Reloader's state.
 func (r *Reloader) Stats() Stats {
-	return Stats{Summary: r.cur.Load().summary, LoadedAt: *r.loadedAt.Load(), Reloads: r.reloads.Load(), Refused: r.refused.Load()}
+	m := r.cur.Load()
+	return Stats{Summary: m.summary, LoadedAt: m.loadedAt, Reloads: r.reloads.Load(), Refused: r.refused.Load()}
 }
