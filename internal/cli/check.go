@@ -95,7 +95,7 @@ func checkServe(f *serveFlags) (string, error) {
 	}
 	checked, err := server.Check(opts)
 	if err != nil {
-		return "", err
+		return "", redisFlagError(err)
 	}
 	files, err := server.ConfigFiles(f.config)
 	if err != nil {

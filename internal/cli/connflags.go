@@ -185,11 +185,8 @@ func (c *connFlags) options(fs *pflag.FlagSet, opts *server.Options) error {
 	opts.TLS, opts.ClientAuth, opts.Redis, opts.RedisTimeout = c.tls, c.clientAuth, conn, c.redisTimeout
 	opts.SecretSources = map[string]string{}
 	if opts.Redis != nil {
-		// The passwords are read by the server, as the TLS files are; read
-		// here too, so that a bad one is said with its flag.
-		if _, err := opts.Redis.DialOptions(time.Now()); err != nil {
-			return redisFlagError(err)
-		}
+		// Redis's passwords and TLS files are read by the server (New,
+		// Check); a refusal is said with its flag by redisFlagError.
 		k, err := c.keyHMAC.read(secret.KeyHMAC)
 		if err != nil {
 			return err
@@ -238,7 +235,9 @@ func (c *connFlags) connection(fs *pflag.FlagSet) (*redisconfig.Connection, erro
 	return &conn, nil
 }
 
-// redisFlagError says a redisconfig error with the flag of its field.
+// redisFlagError says a redisconfig error — the flags' own, or one the
+// server met reading the files they name — with the flag of its field;
+// any other error as it is.
 func redisFlagError(err error) error {
 	var fe *redisconfig.FieldError
 	if !errors.As(err, &fe) {

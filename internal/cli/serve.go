@@ -131,7 +131,7 @@ func (f *serveFlags) run(ctx context.Context, stderr io.Writer) error {
 	defer stopHangups()
 	s, err := server.New(opts)
 	if err != nil {
-		return err
+		return redisFlagError(err)
 	}
 	if err := s.Run(ctx, hup); err != nil {
 		log.Error("serve failed", "err", err)
