@@ -23,6 +23,8 @@ var adapters = []struct {
 	{"github.com/prometheus/", []string{"metrics"}},
 	{"github.com/spf13/cobra", []string{"internal/cli"}},
 	{"github.com/fsnotify/fsnotify", []string{"internal/filewatch"}},
+	{"go.etcd.io/bbolt", []string{"boltqueue"}},
+	{"github.com/nats-io/", []string{"jsqueue"}},
 }
 
 // leanUsers says what a package taken alone must not compile: neither the
@@ -43,6 +45,11 @@ var leanUsers = []struct {
 	{"grpclimit", []string{"github.com/redis/", "github.com/prometheus/", "github.com/envoyproxy/"}},
 	// The client pacer: no server side at all.
 	{"pace", []string{"google.golang.org/grpc", "github.com/redis/", "github.com/prometheus/", "github.com/envoyproxy/"}},
+	// The queue's contract and its suite compile no backend; the embedded
+	// queue compiles no NATS, the fleet queue no bbolt.
+	{"queue", []string{"go.etcd.io/bbolt", "github.com/nats-io/", "github.com/redis/", "google.golang.org/grpc"}},
+	{"queuetest", []string{"go.etcd.io/bbolt", "github.com/nats-io/", "github.com/redis/", "google.golang.org/grpc"}},
+	{"boltqueue", []string{"github.com/nats-io/", "github.com/redis/", "google.golang.org/grpc", "github.com/prometheus/"}},
 	// The in-process store.
 	{"memstore", []string{"google.golang.org/grpc", "github.com/redis/", "github.com/prometheus/", "github.com/envoyproxy/"}},
 }
