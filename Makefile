@@ -12,7 +12,7 @@ BENCHTIME ?= 1s
 COUNT     ?= 6
 OUT       := bench/out
 
-.PHONY: test lint fuzz fuzz-edge bench bench-memory bench-redis bench-http bench-gateway bench-rls bench-pace sim fault help
+.PHONY: test lint fuzz fuzz-edge bench bench-memory bench-redis bench-http bench-gateway bench-rls bench-pace bench-queue sim fault soak help
 
 help:
 	@echo "make test          the tests, with -race and -shuffle (the README's test command)"
@@ -26,7 +26,9 @@ help:
 	@echo "make bench-gateway sluice gateway against a plain httputil.ReverseProxy, with wrk (ROUNDS, DURATION; BASE=REV: REV's gateway in the same rounds)"
 	@echo "make bench-rls     sluice serve (memory, Redis) against envoyproxy/ratelimit, gubernator and a do-nothing RLS server (ROUNDS, DURATION)"
 	@echo "make bench-pace    the client pacer's cost per call against x/time/rate's Limiter.Wait"
+	@echo "make bench-queue   durable queues side by side: River, asynq, JetStream, raw bbolt, sluice's queues (DURATION, ROUNDS; IMPL, SCENARIO lists)"
 	@echo "make sim           the client against sluice's own middleware, 5×L offered, on a simulated clock: the figures of docs/BENCHMARKS.md"
+	@echo "make soak          the queue's kill -9 harness, 1000 trials (CI runs 100 in make test)"
 	@echo "make fault         the Redis outage run with the issue's bounds (timeout + 10 ms)"
 
 test:
@@ -108,5 +110,20 @@ bench-pace:
 	cd bench && $(GO) test -run '^$$' -bench 'PacerWait' -benchtime $(BENCHTIME) -count $(COUNT) . | tee ../$(OUT)/pace.txt
 	$(TOOL) benchstat -col /impl $(OUT)/pace.txt | tee $(OUT)/pace.benchstat
 
+# Durable queues side by side on the local PostgreSQL, Redis (DB 15, flushed)
+# and NATS: River, asynq, JetStream, raw bbolt and sluice's queue.Queue
+# backends, DURATION (10s) per row, ROUNDS (3) alternating rounds; IMPL and
+# SCENARIO (comma-separated) narrow it. The table also goes to $(OUT)/queue.md.
+bench-queue:
+	mkdir -p $(OUT)
+	psql -h 127.0.0.1 -U postgres -tAc "select 1 from pg_database where datname = 'sluice_bench'" | grep -q 1 || \
+	  psql -h 127.0.0.1 -U postgres -c 'create database sluice_bench'
+	cd bench && $(GO) build -o ../$(OUT)/queuebench ./cmd/queuebench
+	$(OUT)/queuebench -duration $(or $(DURATION),10s) -rounds $(or $(ROUNDS),3) \
+	  $(if $(IMPL),-impl $(IMPL)) $(if $(SCENARIO),-scenario $(SCENARIO)) -out $(OUT)/queue.md
+
 sim:
 	SLUICE_SIM=1 $(GO) test -count=1 -v -run 'TestConfiguredLimit|TestLearnsFrom|TestSeedScenario|TestSimulationMatrix' ./pace | grep -E '^(=== RUN|--- |ok|FAIL)|sim_test|matrix_test'
+
+soak:
+	SLUICE_CRASH_TRIALS=1000 $(GO) test -count=1 -timeout 60m -run 'TestKill9$$' -v ./boltqueue | grep -E '^(--- |ok|FAIL)|crash_test'

@@ -1,0 +1,122 @@
+package boltqueue_test
+
+import (
+	"context"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/boltqueue"
+	"github.com/sluicehq/sluice/queue"
+)
+
+func openBench(b *testing.B) *boltqueue.Queue {
+	b.Helper()
+	q, err := boltqueue.Open(filepath.Join(b.TempDir(), "bench.db"), boltqueue.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = q.Close() })
+	return q
+}
+
+func report(b *testing.B, q *boltqueue.Queue, tasks int) {
+	b.ReportMetric(float64(tasks)/b.Elapsed().Seconds(), "tasks/s")
+	commits, changes := q.CommitStats()
+	if commits > 0 {
+		b.ReportMetric(float64(changes)/float64(commits), "changes/commit")
+	}
+}
+
+// 64 producers of single tasks: each Enqueue is durable when it returns;
+// they share fsyncs through the group commit.
+func BenchmarkEnqueue64(b *testing.B) {
+	q := openBench(b)
+	payload := make([]byte, 100)
+	b.SetParallelism(max(1, 64/runtime.GOMAXPROCS(0)))
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		ctx := context.Background()
+		for pb.Next() {
+			if _, err := q.Enqueue(ctx, queue.Task{Payload: payload}); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	report(b, q, b.N)
+}
+
+// Batches of 100 from 8 producers.
+func BenchmarkEnqueueBatch100(b *testing.B) {
+	q := openBench(b)
+	batch := make([]queue.Task, 100)
+	for i := range batch {
+		batch[i].Payload = make([]byte, 100)
+	}
+	b.SetParallelism(max(1, 8/runtime.GOMAXPROCS(0)))
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		ctx := context.Background()
+		for pb.Next() {
+			if _, err := q.Enqueue(ctx, batch...); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	report(b, q, b.N*100)
+}
+
+// The consumer side: slices of 50 leased, each task acknowledged on its
+// own (as deliveries finish), 4 consumers.
+func BenchmarkLeaseAck(b *testing.B) {
+	q := openBench(b)
+	ctx := context.Background()
+	batch := make([]queue.Task, 1000)
+	for i := range batch {
+		batch[i].Payload = make([]byte, 100)
+	}
+	for n := 0; n < b.N+4*50; n += len(batch) {
+		if _, err := q.Enqueue(ctx, batch...); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	done := 0
+	for range 4 {
+		wg.Go(func() {
+			for {
+				mu.Lock()
+				left := b.N - done
+				mu.Unlock()
+				if left <= 0 {
+					return
+				}
+				ls, err := q.Lease(ctx, 50, time.Minute)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				var acks sync.WaitGroup
+				for _, l := range ls {
+					acks.Go(func() {
+						if err := q.Ack(ctx, l.Receipt, nil); err != nil {
+							b.Error(err)
+						}
+					})
+				}
+				acks.Wait()
+				mu.Lock()
+				done += len(ls)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	report(b, q, done)
+}
