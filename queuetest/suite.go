@@ -167,7 +167,7 @@ func testEnqueueGet(t *testing.T, e *env) {
 	// Defaults: cost 1, the queue's attempts.
 	def := e.enqueue(t, queue.Task{})
 	info = e.wantState(t, def[0].ID, queue.Queued)
-	if info.Cost != 1 || info.MaxAttempts != e.cfg.MaxAttempts || info.Payload != nil && len(info.Payload) != 0 {
+	if info.Cost != 1 || info.MaxAttempts != e.cfg.MaxAttempts || len(info.Payload) != 0 {
 		t.Errorf("defaults: Get = %+v, want cost 1, max attempts %d, no payload", info, e.cfg.MaxAttempts)
 	}
 	if def[0].ID == got[0].ID {

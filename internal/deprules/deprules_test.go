@@ -49,6 +49,7 @@ var leanUsers = []struct {
 	// queue compiles no NATS, the fleet queue no bbolt.
 	{"queue", []string{"go.etcd.io/bbolt", "github.com/nats-io/", "github.com/redis/", "google.golang.org/grpc"}},
 	{"queuetest", []string{"go.etcd.io/bbolt", "github.com/nats-io/", "github.com/redis/", "google.golang.org/grpc"}},
+	{"jsqueue", []string{"go.etcd.io/bbolt", "github.com/redis/", "google.golang.org/grpc", "github.com/prometheus/"}},
 	{"boltqueue", []string{"github.com/nats-io/", "github.com/redis/", "google.golang.org/grpc", "github.com/prometheus/"}},
 	// The in-process store.
 	{"memstore", []string{"google.golang.org/grpc", "github.com/redis/", "github.com/prometheus/", "github.com/envoyproxy/"}},
