@@ -12,7 +12,7 @@ BENCHTIME ?= 1s
 COUNT     ?= 6
 OUT       := bench/out
 
-.PHONY: test lint fuzz fuzz-edge bench bench-memory bench-redis bench-http bench-gateway bench-rls bench-pace bench-queue sim fault soak help
+.PHONY: test lint fuzz fuzz-edge bench bench-memory bench-redis bench-http bench-gateway bench-rls bench-pace bench-queue sim fault soak bench-queue-memory help
 
 help:
 	@echo "make test          the tests, with -race and -shuffle (the README's test command)"
@@ -28,6 +28,7 @@ help:
 	@echo "make bench-pace    the client pacer's cost per call against x/time/rate's Limiter.Wait"
 	@echo "make bench-queue   durable queues side by side: River, asynq, JetStream, raw bbolt, sluice's queues (DURATION, ROUNDS; IMPL, SCENARIO lists)"
 	@echo "make sim           the client against sluice's own middleware, 5×L offered, on a simulated clock: the figures of docs/BENCHMARKS.md"
+	@echo "make bench-queue-memory  RSS of a consumer with 1e6 tasks queued against 1e3 (boltqueue)"
 	@echo "make soak          the queue's kill -9 harness, 1000 trials (CI runs 100 in make test)"
 	@echo "make fault         the Redis outage run with the issue's bounds (timeout + 10 ms)"
 
@@ -127,3 +128,6 @@ sim:
 
 soak:
 	SLUICE_CRASH_TRIALS=1000 $(GO) test -count=1 -timeout 60m -run 'TestKill9$$' -v ./boltqueue | grep -E '^(--- |ok|FAIL)|crash_test'
+
+bench-queue-memory:
+	SLUICE_MEMORY=1 $(GO) test -count=1 -timeout 20m -run 'TestMemoryIndependentOfBacklog' -v ./boltqueue | grep -E '^(--- |ok|FAIL)|memory_test'

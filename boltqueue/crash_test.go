@@ -115,6 +115,8 @@ func child(mode string) int {
 		}
 	case "fill":
 		return fill(q)
+	case "rss":
+		return leaseForRSS(q)
 	}
 	return 0
 }
@@ -255,6 +257,7 @@ type ledger struct {
 	delivered map[string]int
 	acked     map[string]bool
 	problems  []string
+	report    string // a line of another kind (the memory figure's)
 }
 
 func newLedger() *ledger {
@@ -276,6 +279,8 @@ func (l *ledger) line(s string) {
 		l.delivered[id]++
 	case "A":
 		l.acked[id] = true
+	default:
+		l.report = s
 	}
 }
 
