@@ -64,6 +64,9 @@ func decodeRecord(b []byte) (record, error) {
 		return r, fmt.Errorf("%w: state %d, priority %d", errCorrupt, b[1], b[2])
 	}
 	r.cost = math.Float64frombits(binary.BigEndian.Uint64(b[3:]))
+	if !(r.cost > 0) || math.IsInf(r.cost, 0) {
+		return r, fmt.Errorf("%w: cost %v", errCorrupt, r.cost)
+	}
 	r.attempts = binary.BigEndian.Uint32(b[11:])
 	r.maxAttempts = binary.BigEndian.Uint32(b[15:])
 	ts := [...]*int64{&r.enqueued, &r.readyAt, &r.deadline, &r.until, &r.finished}
