@@ -150,27 +150,23 @@ func parseID(s string) ([]byte, bool) {
 	if len(s) != 16 {
 		return nil, false
 	}
-	var v uint64
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c >= '0' && c <= '9':
-			v = v<<4 | uint64(c-'0')
-		case c >= 'a' && c <= 'f':
-			v = v<<4 | uint64(c-'a'+10)
-		default:
-			return nil, false
-		}
-	}
-	return taskKey(v), true
+	v, ok := parseHex(s)
+	return taskKey(v), ok
 }
 
 func formatToken(t uint64) string { return fmt.Sprintf("%x", t) }
 
+// parseToken reads a token as formatToken writes it: one spelling per
+// token, so a leading zero is another (refused) token.
 func parseToken(s string) (uint64, bool) {
-	if s == "" || len(s) > 16 {
+	if s == "" || len(s) > 16 || s[0] == '0' {
 		return 0, false
 	}
+	return parseHex(s)
+}
+
+// parseHex reads up to 16 lowercase hexadecimal digits.
+func parseHex(s string) (uint64, bool) {
 	var v uint64
 	for i := 0; i < len(s); i++ {
 		c := s[i]
@@ -183,6 +179,5 @@ func parseToken(s string) (uint64, bool) {
 			return 0, false
 		}
 	}
-	// One spelling per token: a leading zero is another token.
-	return v, v != 0 && s[0] != '0'
+	return v, true
 }
