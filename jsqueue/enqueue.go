@@ -23,6 +23,9 @@ import (
 const (
 	// publishWindow is the most writes of one call in flight at once.
 	publishWindow = 1024
+	// publishers is the most publish calls in flight at once (each of at
+	// most publishWindow writes): concurrent Enqueues beyond it wait.
+	publishers = 8
 	// width is the most requests of one call in flight at once where each
 	// needs an answer before the next step (key claims, Lease's records).
 	width = 32
@@ -297,6 +300,12 @@ func (q *Queue) undo(cause error, claims []claim, ids []string, recs, msgs []*je
 // failed or was not confirmed; one that timed out may still be applied.
 func (q *Queue) publish(ctx context.Context, msgs []*nats.Msg, opts func(i int) []jetstream.PublishOpt) ([]*jetstream.PubAck, error) {
 	acks := make([]*jetstream.PubAck, len(msgs))
+	select {
+	case q.publishing <- struct{}{}:
+		defer func() { <-q.publishing }()
+	case <-ctx.Done():
+		return acks, ctx.Err()
+	}
 	var first error
 	for start := 0; start < len(msgs) && first == nil; start += publishWindow {
 		end := min(start+publishWindow, len(msgs))

@@ -315,6 +315,12 @@ type Queue struct {
 	// finished holds the buckets of the final states, by record state.
 	finished map[string]jetstream.KeyValue
 
+	// publishing holds a slot per publish call in flight: at most
+	// publishers calls of publishWindow writes each, within the
+	// connection's bound on pending asynchronous publishes (past which
+	// nats.go refuses a publish as "stalled").
+	publishing chan struct{}
+
 	durability string
 	closed     atomic.Bool
 }
@@ -330,7 +336,7 @@ func Open(ctx context.Context, o Options) (*Queue, error) {
 	if err != nil {
 		return nil, err
 	}
-	q := &Queue{o: o, nc: o.Conn, log: o.Logger}
+	q := &Queue{o: o, nc: o.Conn, log: o.Logger, publishing: make(chan struct{}, publishers)}
 	if q.nc == nil {
 		q.nc, err = nats.Connect(o.URL, nats.Name("sluice jsqueue "+o.Name),
 			nats.ReconnectBufSize(-1), nats.MaxReconnects(-1), nats.Timeout(o.Timeout))
@@ -364,7 +370,7 @@ func (q *Queue) open(ctx context.Context) error {
 	q.durability = durability(version, o.Replicas)
 
 	var err error
-	q.js, err = jetstream.New(q.nc, jetstream.WithPublishAsyncTimeout(o.Timeout), jetstream.WithPublishAsyncMaxPending(publishWindow))
+	q.js, err = jetstream.New(q.nc, jetstream.WithPublishAsyncTimeout(o.Timeout), jetstream.WithPublishAsyncMaxPending(publishers*publishWindow))
 	if err != nil {
 		return fmt.Errorf("jsqueue: open: %w", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -137,4 +138,38 @@ func TestConformance(t *testing.T) {
 		MaxPayload: 4096,
 		MaxResult:  1024,
 	})
+}
+
+// Concurrent Enqueues of large batches share the connection's bound on
+// pending asynchronous publishes: none is refused as "stalled" (found by
+// make bench-queue's pre-fill: 8 callers × 1000 tasks failed before).
+func TestConcurrentLargeBatches(t *testing.T) {
+	t.Parallel()
+	q := open(t, jsqueue.Options{URL: serverURL(t)})
+	const callers, batch = 16, 2000
+	var wg sync.WaitGroup
+	errs := make(chan error, callers)
+	for range callers {
+		wg.Go(func() {
+			tasks := make([]queue.Task, batch)
+			for i := range tasks {
+				tasks[i].Payload = []byte("x")
+			}
+			if _, err := q.Enqueue(t.Context(), tasks...); err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	s, err := q.Stats(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Depth != callers*batch {
+		t.Errorf("Depth = %d, want %d", s.Depth, callers*batch)
+	}
 }

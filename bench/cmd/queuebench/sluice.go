@@ -7,9 +7,14 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/sluicehq/sluice/boltqueue"
+	"github.com/sluicehq/sluice/jsqueue"
 	"github.com/sluicehq/sluice/queue"
 )
 
@@ -24,6 +29,60 @@ var openers = map[string]func(dir string) (queue.Queue, error){
 	"boltqueue": func(dir string) (queue.Queue, error) {
 		return boltqueue.Open(filepath.Join(dir, "queue.db"), boltqueue.Options{})
 	},
+	"jsqueue": openJSQueue,
+}
+
+// natsURL is the server jsqueue's rows use (SLUICE_NATS_URL, default the
+// local one).
+func natsURL() string {
+	if u := os.Getenv("SLUICE_NATS_URL"); u != "" {
+		return u
+	}
+	return "nats://127.0.0.1:4222"
+}
+
+// openJSQueue opens a jsqueue named after the row's directory; its Close
+// deletes the queue's streams and buckets from the server.
+func openJSQueue(dir string) (queue.Queue, error) {
+	name := "qb_" + strings.NewReplacer(".", "_", "-", "_").Replace(filepath.Base(dir))
+	q, err := jsqueue.Open(context.Background(), jsqueue.Options{URL: natsURL(), Name: name})
+	if err != nil {
+		return nil, err
+	}
+	return &droppedOnClose{Queue: q, name: name}, nil
+}
+
+type droppedOnClose struct {
+	*jsqueue.Queue
+	name string
+}
+
+func (d *droppedOnClose) Close() error {
+	err := d.Queue.Close()
+	nc, cerr := nats.Connect(natsURL())
+	if cerr != nil {
+		return fmt.Errorf("drop %s: %w", d.name, cerr)
+	}
+	defer nc.Close()
+	js, cerr := jetstream.New(nc)
+	if cerr != nil {
+		return fmt.Errorf("drop %s: %w", d.name, cerr)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var mine []string
+	names := js.StreamNames(ctx)
+	for s := range names.Name() {
+		if s == d.name || strings.HasPrefix(s, d.name+"_") || strings.HasPrefix(s, "KV_"+d.name+"_") {
+			mine = append(mine, s)
+		}
+	}
+	for _, s := range mine {
+		if derr := js.DeleteStream(ctx, s); derr != nil && err == nil {
+			err = fmt.Errorf("drop %s: delete stream %s: %w", d.name, s, derr)
+		}
+	}
+	return err
 }
 
 // sluiceVisibility is the lease of the work rows, long enough that no
