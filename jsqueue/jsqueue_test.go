@@ -134,7 +134,7 @@ func TestConformance(t *testing.T) {
 		},
 		// 200 ms passes alone; under -race beside the other tests, the
 		// calls between two of testStats's instants add up to u/4.
-		Unit:       250 * time.Millisecond,
+		Unit:       500 * time.Millisecond,
 		MaxPayload: 4096,
 		MaxResult:  1024,
 	})

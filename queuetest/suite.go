@@ -128,12 +128,12 @@ func (e *env) wantState(t *testing.T, id string, want queue.State) queue.Info {
 }
 
 // sameInstant compares instants exactly on a fake clock and within a
-// quarter unit in real time.
+// half unit in real time (a call on a loaded machine can take a fifth of a unit).
 func (e *env) sameInstant(t *testing.T, what string, got, want time.Time) {
 	t.Helper()
 	slack := time.Duration(0)
 	if !e.b.FakeClock {
-		slack = e.u / 4
+		slack = e.u / 2
 	}
 	if d := got.Sub(want); d < -slack || d > slack {
 		t.Errorf("%s = %v, want %v (off by %v)", what, got, want, d)
