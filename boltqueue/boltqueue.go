@@ -89,16 +89,6 @@ type Options struct {
 	ackBeforeCommit bool
 }
 
-// Defaults.
-const (
-	DefaultMaxPayload    = 1 << 20
-	DefaultMaxResult     = 64 << 10
-	DefaultMaxAttempts   = 25
-	DefaultDedupWindow   = 24 * time.Hour
-	DefaultRetention     = 24 * time.Hour
-	DefaultDeadRetention = 7 * 24 * time.Hour
-)
-
 func (o Options) withDefaults() (Options, error) {
 	set := func(v *int, def, most int, name string) error {
 		switch {
@@ -119,12 +109,12 @@ func (o Options) withDefaults() (Options, error) {
 		return nil
 	}
 	for _, err := range []error{
-		set(&o.MaxPayload, DefaultMaxPayload, 64<<20, "MaxPayload"),
-		set(&o.MaxResult, DefaultMaxResult, 16<<20, "MaxResult"),
-		set(&o.MaxAttempts, DefaultMaxAttempts, 1000, "MaxAttempts"),
-		setD(&o.DedupWindow, DefaultDedupWindow, "DedupWindow"),
-		setD(&o.Retention, DefaultRetention, "Retention"),
-		setD(&o.DeadRetention, DefaultDeadRetention, "DeadRetention"),
+		set(&o.MaxPayload, queue.DefaultMaxPayload, 64<<20, "MaxPayload"),
+		set(&o.MaxResult, queue.DefaultMaxResult, 16<<20, "MaxResult"),
+		set(&o.MaxAttempts, queue.DefaultMaxAttempts, 1000, "MaxAttempts"),
+		setD(&o.DedupWindow, queue.DefaultDedupWindow, "DedupWindow"),
+		setD(&o.Retention, queue.DefaultRetention, "Retention"),
+		setD(&o.DeadRetention, queue.DefaultDeadRetention, "DeadRetention"),
 		setD(&o.PurgeInterval, time.Minute, "PurgeInterval"),
 		setD(&o.LockTimeout, 5*time.Second, "LockTimeout"),
 	} {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/jsqueue"
 	"github.com/sluicehq/sluice/queue"
 )
@@ -23,11 +24,11 @@ func TestClusterKillOneNode(t *testing.T) {
 	// Not parallel: Raft elections under -race on a loaded machine take
 	// longer than the 10 s the test keeps a node down.
 	start := time.Now()
-	ports := []int{freePort(t), freePort(t), freePort(t)}
+	ports := []int{redistest.FreePort(t), redistest.FreePort(t), redistest.FreePort(t)}
 	routes := make([]string, 3)
 	cluster := make([]int, 3)
 	for i := range cluster {
-		cluster[i] = freePort(t)
+		cluster[i] = redistest.FreePort(t)
 		routes[i] = fmt.Sprintf("nats://127.0.0.1:%d", cluster[i])
 	}
 	nodes := make([]*server, 3)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/jsqueue"
 	"github.com/sluicehq/sluice/queue"
 )
@@ -93,7 +94,7 @@ func TestOptions(t *testing.T) {
 // dropped.
 func TestOutage(t *testing.T) {
 	t.Parallel()
-	s := startServer(t, "outage", freePort(t))
+	s := startServer(t, "outage", redistest.FreePort(t))
 	q := open(t, jsqueue.Options{URL: s.url, Timeout: 500 * time.Millisecond})
 	mustEnqueue(t, q, queue.Task{Payload: []byte("before")})
 	s.kill()

@@ -220,12 +220,12 @@ type Options struct {
 // Defaults.
 const (
 	DefaultName          = "sluice"
-	DefaultMaxPayload    = 1 << 20
-	DefaultMaxResult     = 64 << 10
-	DefaultMaxAttempts   = 25
-	DefaultDedupWindow   = 24 * time.Hour
-	DefaultRetention     = 24 * time.Hour
-	DefaultDeadRetention = 7 * 24 * time.Hour
+	DefaultMaxPayload    = queue.DefaultMaxPayload
+	DefaultMaxResult     = queue.DefaultMaxResult
+	DefaultMaxAttempts   = queue.DefaultMaxAttempts
+	DefaultDedupWindow   = queue.DefaultDedupWindow
+	DefaultRetention     = queue.DefaultRetention
+	DefaultDeadRetention = queue.DefaultDeadRetention
 	DefaultAckWait       = 10 * time.Second
 	DefaultTimeout       = 5 * time.Second
 )

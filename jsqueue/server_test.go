@@ -3,7 +3,6 @@ package jsqueue_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -24,17 +23,6 @@ type server struct {
 	url  string
 	cmd  *exec.Cmd
 	done chan struct{}
-}
-
-// freePort returns a loopback port nothing listens on.
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // startServer starts nats-server with JetStream on a free port, with

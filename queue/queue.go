@@ -129,6 +129,17 @@ const (
 	MaxReason = 1024
 )
 
+// Defaults every backend applies where its options leave a field zero,
+// so a task behaves the same on either.
+const (
+	DefaultMaxPayload    = 1 << 20
+	DefaultMaxResult     = 64 << 10
+	DefaultMaxAttempts   = 25
+	DefaultDedupWindow   = 24 * time.Hour
+	DefaultRetention     = 24 * time.Hour
+	DefaultDeadRetention = 7 * 24 * time.Hour
+)
+
 // Reasons the queue itself gives.
 const (
 	// ReasonDeadline is the reason of a task dead-lettered because its
