@@ -120,3 +120,18 @@ func BenchmarkLeaseAck(b *testing.B) {
 	wg.Wait()
 	report(b, q, done)
 }
+
+// One producer: each Enqueue waits for its own commit, nothing else (the
+// committer's wait for answered callers must not tax a lone caller).
+func BenchmarkEnqueue1(b *testing.B) {
+	q := openBench(b)
+	payload := make([]byte, 100)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := q.Enqueue(ctx, queue.Task{Payload: payload}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	report(b, q, b.N)
+}

@@ -45,8 +45,8 @@ func openJetStream(ctx context.Context, e *env) (*suite, error) {
 		cases: []testCase{
 			{scenario: ingestSingle, label: "Publish ×1 (waits for the PubAck), 64 goroutines", run: j.ingest(64, 1, j.publish)},
 			{scenario: ingestBatch, label: "PublishAsync ×100, then wait for the PubAcks, 8 goroutines", run: j.ingest(8, 100, j.publishAsync)},
-			{scenario: work, label: "Fetch(50) + DoubleAck (waits for the server), 4 consumers × 8 ackers", run: j.work(50, true)},
-			{scenario: work, label: "Fetch(50) + Ack (not confirmed), 4 consumers × 8 ackers", run: j.work(50, false),
+			{scenario: work, label: "Fetch(50) + DoubleAck (waits for the server), 4 consumers, a slice's acks at once", run: j.work(50, true)},
+			{scenario: work, label: "Fetch(50) + Ack (not confirmed), 4 consumers, a slice's acks at once", run: j.work(50, false),
 				note: "an Ack is counted when sent: the server may not have recorded it"},
 		},
 	}, nil
@@ -168,7 +168,7 @@ func (j *jsBench) work(n int, confirmed bool) func(context.Context, *env) (resul
 				return int64(info.NumPending), nil
 			},
 		}
-		r, err := relay(ctx, e, 4, 8, n, l)
+		r, err := relay(ctx, e, 4, n, n, l)
 		r.backlog = backlog
 		return r, err
 	}

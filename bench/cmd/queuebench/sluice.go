@@ -32,6 +32,10 @@ var openers = map[string]func(dir string) (queue.Queue, error){
 	"jsqueue": openJSQueue,
 }
 
+// firstGuess is each backend's work rate (tasks/s) that sizes the first
+// round's backlog; later rounds size it from the rate seen.
+var firstGuess = map[string]float64{"boltqueue": 60000, "jsqueue": 2000}
+
 // natsURL is the server jsqueue's rows use (SLUICE_NATS_URL, default the
 // local one).
 func natsURL() string {
@@ -119,8 +123,12 @@ func openSluice(_ context.Context, name string, e *env) (*suite, error) {
 		cases: []testCase{
 			{scenario: ingestSingle, label: "Enqueue ×1, 64 goroutines", run: s.ingest(64, 1, put)},
 			{scenario: ingestBatch, label: "Enqueue ×100, 8 goroutines", run: s.ingest(8, 100, put)},
-			{scenario: work, label: "Lease 50 (30 s) + Ack, 4 consumers × 8 ackers", run: s.work(50)},
-			{scenario: work, label: "Lease 20 (30 s) + Ack, 4 consumers × 8 ackers", run: s.work(20)},
+			{scenario: work, label: "Lease 50 (30 s) + Ack, 4 consumers, a slice's acks at once", run: s.work(4, 50, 50)},
+			{scenario: work, label: "Lease 100 (30 s) + Ack, 4 consumers, a slice's acks at once", run: s.work(4, 100, 100)},
+			{scenario: work, label: "Lease 20 (30 s) + Ack, 10 consumers, a slice's acks at once", run: s.work(10, 20, 20),
+				note: "200 tasks in flight, as 4 × 50"},
+			{scenario: work, label: "Lease 50 (30 s) + Ack, 4 consumers × 8 ackers", run: s.work(4, 50, 8),
+				note: "at most 32 acks in flight: the rate is bounded by acks per commit"},
 		},
 	}, nil
 }
@@ -173,12 +181,14 @@ func (s *sluiceBench) ingest(g, n int, put func(queue.Queue) putFunc) func(conte
 	}
 }
 
-// work pre-fills a backlog and works it off as the relay does: leases of
-// n tasks, each task acknowledged (with no result) from one of 8 ackers.
-func (s *sluiceBench) work(n int) func(context.Context, *env) (result, error) {
+// work pre-fills a backlog and works it off as the relay does: consumers
+// lease slices of n tasks, each task acknowledged (with no result) from
+// one of ackers goroutines (ackers = n: every delivery of a slice acks as
+// it ends).
+func (s *sluiceBench) work(consumers, n, ackers int) func(context.Context, *env) (result, error) {
 	return func(ctx context.Context, e *env) (r result, err error) {
 		err = s.with(e, func(q queue.Queue) error {
-			backlog := e.backlog(20000)
+			backlog := e.backlog(firstGuess[s.name])
 			err := fill(ctx, backlog, 4, 500, func(ctx context.Context, n int) error {
 				tasks := make([]queue.Task, n)
 				for i := range tasks {
@@ -204,7 +214,7 @@ func (s *sluiceBench) work(n int) func(context.Context, *env) (result, error) {
 					return st.Ready, err
 				},
 			}
-			r, err = relay(ctx, e, 4, 8, n, l)
+			r, err = relay(ctx, e, consumers, ackers, n, l)
 			r.backlog = backlog
 			return err
 		})
