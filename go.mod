@@ -12,6 +12,7 @@ require (
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/redis/rueidis v1.0.79
 	go.uber.org/goleak v1.3.0
+	golang.org/x/sync v0.23.0
 	golang.org/x/time v0.16.0
 	pgregory.net/rapid v1.3.0
 )

@@ -23,9 +23,11 @@ import (
 const (
 	// publishWindow is the most writes of one call in flight at once.
 	publishWindow = 1024
-	// publishers is the most publish calls in flight at once (each of at
-	// most publishWindow writes): concurrent Enqueues beyond it wait.
-	publishers = 8
+	// maxPending is the most writes in flight at once over all calls
+	// (the connection's bound on pending asynchronous publishes, past
+	// which nats.go refuses a publish as "stalled"): concurrent Enqueues
+	// beyond it wait, first come first served.
+	maxPending = 8 * publishWindow
 	// width is the most requests of one call in flight at once where each
 	// needs an answer before the next step (key claims, Lease's records).
 	width = 32
@@ -268,7 +270,7 @@ func (q *Queue) undo(cause error, claims []claim, ids []string, recs, msgs []*je
 	// Messages first: a message without a record is dropped by Lease.
 	each(len(msgs), width, func(i int) {
 		if msgs[i] != nil {
-			fail(q.tasks.DeleteMsg(ctx, msgs[i].Sequence))
+			fail(q.tasks[q.priorityOf(msgs[i].Stream)].DeleteMsg(ctx, msgs[i].Sequence))
 		}
 	})
 	// Records by subject, confirmed or not (one that timed out may have
@@ -300,15 +302,12 @@ func (q *Queue) undo(cause error, claims []claim, ids []string, recs, msgs []*je
 // failed or was not confirmed; one that timed out may still be applied.
 func (q *Queue) publish(ctx context.Context, msgs []*nats.Msg, opts func(i int) []jetstream.PublishOpt) ([]*jetstream.PubAck, error) {
 	acks := make([]*jetstream.PubAck, len(msgs))
-	select {
-	case q.publishing <- struct{}{}:
-		defer func() { <-q.publishing }()
-	case <-ctx.Done():
-		return acks, ctx.Err()
-	}
 	var first error
 	for start := 0; start < len(msgs) && first == nil; start += publishWindow {
 		end := min(start+publishWindow, len(msgs))
+		if err := q.publishing.Acquire(ctx, int64(end-start)); err != nil {
+			return acks, err
+		}
 		futures := make([]jetstream.PubAckFuture, 0, end-start)
 		for i := start; i < end; i++ {
 			f, err := q.js.PublishMsgAsync(msgs[i], opts(i)...)
@@ -332,6 +331,7 @@ func (q *Queue) publish(ctx context.Context, msgs []*nats.Msg, opts func(i int) 
 				}
 			}
 		}
+		q.publishing.Release(int64(end - start))
 	}
 	return acks, first
 }

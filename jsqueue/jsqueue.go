@@ -6,16 +6,20 @@
 //
 // A queue named N (Options.Name) is made of, on the server:
 //
-//   - the tasks stream N (file storage, work-queue retention): one
-//     message per task on the subject N.task.<priority>.<id>, whose data
-//     is the payload. A task's ID is a NUID (22 letters and digits); it is
-//     also the message's Nats-Msg-Id, so a publish re-sent after a
-//     reconnect is stored once (the stream's Duplicates window is the
-//     dedup window, at most 2 minutes: a task's ID is never published
-//     again after Enqueue returns).
-//   - ten durable pull consumers lease_p0 … lease_p9, one per priority
-//     (filter N.task.<p>.*), with explicit ack, AckWait Options.AckWait,
-//     MaxDeliver unlimited and MaxAckPending unlimited.
+//   - ten tasks streams N_tasks_0 … N_tasks_9, one per priority (file
+//     storage, work-queue retention): one message per task on the subject
+//     N.task.<priority>.<id>, whose data is the payload. A task's ID is a
+//     NUID (22 letters and digits); it is also the message's Nats-Msg-Id,
+//     so a publish re-sent after a reconnect is stored once (the stream's
+//     Duplicates window is the dedup window, at most 2 minutes: a task's
+//     ID is never published again after Enqueue returns).
+//   - in each tasks stream, one durable pull consumer "lease" with no
+//     subject filter, explicit ack, AckWait Options.AckWait, MaxDeliver
+//     unlimited and MaxAckPending unlimited. (A stream per priority, not
+//     one stream with a filtered consumer per priority: nats-server 2.9
+//     counts a filtered consumer's pending messages on every pull by
+//     walking the stream's subjects, one per task, which held a Lease of
+//     50 to ~200 tasks/s at a backlog of 50,000.)
 //   - the KV bucket N_status: one record per unfinished task (state,
 //     attempts, instants, lease token and end, last outcome; JSON, so
 //     `nats kv get N_status <id>` shows it). It has no TTL.
@@ -165,6 +169,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/sluicehq/sluice/queue"
 )
@@ -306,7 +311,7 @@ type Queue struct {
 	js      jetstream.JetStream
 	log     *slog.Logger
 
-	tasks      jetstream.Stream
+	tasks      [queue.MaxPriority + 1]jetstream.Stream // by priority
 	deadLetter jetstream.Stream
 	consumers  [queue.MaxPriority + 1]jetstream.Consumer
 	status     jetstream.KeyValue
@@ -315,11 +320,8 @@ type Queue struct {
 	// finished holds the buckets of the final states, by record state.
 	finished map[string]jetstream.KeyValue
 
-	// publishing holds a slot per publish call in flight: at most
-	// publishers calls of publishWindow writes each, within the
-	// connection's bound on pending asynchronous publishes (past which
-	// nats.go refuses a publish as "stalled").
-	publishing chan struct{}
+	// publishing holds a unit per write in flight, at most maxPending.
+	publishing *semaphore.Weighted
 
 	durability string
 	closed     atomic.Bool
@@ -336,7 +338,7 @@ func Open(ctx context.Context, o Options) (*Queue, error) {
 	if err != nil {
 		return nil, err
 	}
-	q := &Queue{o: o, nc: o.Conn, log: o.Logger, publishing: make(chan struct{}, publishers)}
+	q := &Queue{o: o, nc: o.Conn, log: o.Logger, publishing: semaphore.NewWeighted(maxPending)}
 	if q.nc == nil {
 		q.nc, err = nats.Connect(o.URL, nats.Name("sluice jsqueue "+o.Name),
 			nats.ReconnectBufSize(-1), nats.MaxReconnects(-1), nats.Timeout(o.Timeout))
@@ -370,24 +372,26 @@ func (q *Queue) open(ctx context.Context) error {
 	q.durability = durability(version, o.Replicas)
 
 	var err error
-	q.js, err = jetstream.New(q.nc, jetstream.WithPublishAsyncTimeout(o.Timeout), jetstream.WithPublishAsyncMaxPending(publishers*publishWindow))
+	q.js, err = jetstream.New(q.nc, jetstream.WithPublishAsyncTimeout(o.Timeout), jetstream.WithPublishAsyncMaxPending(maxPending))
 	if err != nil {
 		return fmt.Errorf("jsqueue: open: %w", err)
 	}
-	// Up to 35 requests: streams, consumers, buckets and their updates.
-	ctx, cancel := context.WithTimeout(ctx, 8*o.Timeout)
+	// Up to 45 requests: streams, consumers, buckets and their updates.
+	ctx, cancel := context.WithTimeout(ctx, 12*o.Timeout)
 	defer cancel()
-	q.tasks, err = q.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name:        o.Name,
-		Description: "sluice queue " + o.Name + ": one message per unfinished task",
-		Subjects:    []string{o.Name + ".task.*.*"},
-		Retention:   jetstream.WorkQueuePolicy,
-		Storage:     jetstream.FileStorage,
-		Replicas:    o.Replicas,
-		Duplicates:  min(publishDedup, o.DedupWindow),
-	})
-	if err != nil {
-		return fmt.Errorf("jsqueue: open: the tasks stream %s: %w", o.Name, err)
+	for p := range q.tasks {
+		q.tasks[p], err = q.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+			Name:        q.taskStream(p),
+			Description: fmt.Sprintf("sluice queue %s: one message per unfinished task of priority %d", o.Name, p),
+			Subjects:    []string{q.taskSubject(p, "*")},
+			Retention:   jetstream.WorkQueuePolicy,
+			Storage:     jetstream.FileStorage,
+			Replicas:    o.Replicas,
+			Duplicates:  min(publishDedup, o.DedupWindow),
+		})
+		if err != nil {
+			return fmt.Errorf("jsqueue: open: the tasks stream %s: %w", q.taskStream(p), err)
+		}
 	}
 	q.deadLetter, err = q.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:        o.Name + "_dead_letters",
@@ -402,10 +406,13 @@ func (q *Queue) open(ctx context.Context) error {
 		return fmt.Errorf("jsqueue: open: the dead-letter stream: %w", err)
 	}
 	for p := range q.consumers {
-		q.consumers[p], err = q.tasks.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
-			Durable:       fmt.Sprintf("lease_p%d", p),
+		// One stream per priority and no filter: the server counts an
+		// unfiltered consumer's pending messages from the stream's state,
+		// where a filtered one (2.9) walks every subject of the stream on
+		// every pull, and every task has a subject of its own.
+		q.consumers[p], err = q.tasks[p].CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+			Durable:       "lease",
 			Description:   fmt.Sprintf("sluice queue %s: Lease of priority %d", o.Name, p),
-			FilterSubject: q.taskSubject(p, "*"),
 			AckPolicy:     jetstream.AckExplicitPolicy,
 			AckWait:       o.AckWait,
 			MaxDeliver:    -1,
@@ -533,6 +540,14 @@ func (q *Queue) begin(ctx context.Context, op string, scale int) (context.Contex
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(scale)*q.o.Timeout)
 	return ctx, cancel, nil
+}
+
+func (q *Queue) taskStream(priority int) string { return q.o.Name + "_tasks_" + strconv.Itoa(priority) }
+
+// priorityOf returns the priority whose tasks stream is named stream.
+func (q *Queue) priorityOf(stream string) int {
+	p, _ := strconv.Atoi(strings.TrimPrefix(stream, q.o.Name+"_tasks_"))
+	return min(max(p, 0), queue.MaxPriority)
 }
 
 func (q *Queue) taskSubject(priority int, id string) string {

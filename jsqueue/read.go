@@ -37,7 +37,7 @@ func (q *Queue) Get(ctx context.Context, id string) (queue.Info, error) {
 		}
 		info := r.info(id, time.Now())
 		if !r.finished() {
-			m, err := q.tasks.GetLastMsgForSubject(ctx, q.taskSubject(r.Priority, id))
+			m, err := q.tasks[r.Priority].GetLastMsgForSubject(ctx, q.taskSubject(r.Priority, id))
 			if err != nil && !notFound(err) {
 				return queue.Info{}, wrap("get: read the payload", err)
 			}

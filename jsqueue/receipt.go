@@ -273,7 +273,7 @@ func (q *Queue) settle(ctx context.Context, id string, r record, data, payload [
 				}
 			}
 			if r.Seq != 0 {
-				warn("delete the message", q.tasks.DeleteMsg(ctx, r.Seq))
+				warn("delete the message", q.tasks[r.Priority].DeleteMsg(ctx, r.Seq))
 			}
 		},
 	}
@@ -290,7 +290,7 @@ func (q *Queue) publishDead(ctx context.Context, id string, r record, payload []
 		if r.Seq == 0 {
 			return nil // never leased, and its message is not at hand
 		}
-		m, err := q.tasks.GetMsg(ctx, r.Seq)
+		m, err := q.tasks[r.Priority].GetMsg(ctx, r.Seq)
 		if notFound(err) {
 			return nil // settled before
 		}

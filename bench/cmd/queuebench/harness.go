@@ -244,8 +244,10 @@ func ingest(ctx context.Context, e *env, g, n int, put putFunc) (result, error) 
 type leaser struct {
 	lease func(ctx context.Context, n int) ([]func(context.Context) error, error)
 	// ready returns how many tasks are ready, to tell at the window's end
-	// whether the backlog ran out.
-	ready func(ctx context.Context) (int64, error)
+	// whether the backlog ran out; nil: it ran out if every task of the
+	// backlog was acknowledged by then.
+	ready   func(ctx context.Context) (int64, error)
+	backlog int64
 }
 
 // relay works a backlog as sluice's relay does: consumers goroutines each
@@ -257,6 +259,7 @@ type leaser struct {
 func relay(ctx context.Context, e *env, consumers, ackers, n int, l leaser) (result, error) {
 	w := e.window()
 	var t tally
+	var acked atomic.Int64 // in the window or not
 	var wg sync.WaitGroup
 	for range consumers {
 		wg.Go(func() {
@@ -283,6 +286,9 @@ func relay(ctx context.Context, e *env, consumers, ackers, n int, l leaser) (res
 						for i := next.Add(1) - 1; i < int64(len(acks)); i = next.Add(1) - 1 {
 							err := acks[i](ctx)
 							done := time.Now()
+							if err == nil {
+								acked.Add(1)
+							}
 							if !w.has(done) {
 								continue
 							}
@@ -307,8 +313,11 @@ func relay(ctx context.Context, e *env, consumers, ackers, n int, l leaser) (res
 			t.latencies(lat)
 		})
 	}
-	var ready int64
+	ready := int64(-1)
 	cpu, err := w.watch(ctx, nil, func() (err error) {
+		if l.ready == nil {
+			return nil
+		}
 		ready, err = l.ready(ctx)
 		return err
 	})
@@ -317,7 +326,7 @@ func relay(ctx context.Context, e *env, consumers, ackers, n int, l leaser) (res
 		return result{}, err
 	}
 	r := t.result(w, cpu)
-	r.dry = ready == 0
+	r.dry = ready == 0 || ready < 0 && acked.Load() >= l.backlog
 	return r, nil
 }
 

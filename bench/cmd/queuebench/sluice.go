@@ -209,10 +209,8 @@ func (s *sluiceBench) work(consumers, n, ackers int) func(context.Context, *env)
 					}
 					return acks, err
 				},
-				ready: func(ctx context.Context) (int64, error) {
-					st, err := q.Stats(ctx)
-					return st.Ready, err
-				},
+				// Not Stats: jsqueue's reads every record.
+				backlog: int64(backlog),
 			}
 			r, err = relay(ctx, e, consumers, ackers, n, l)
 			r.backlog = backlog

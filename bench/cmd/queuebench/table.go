@@ -50,7 +50,7 @@ func (t *table) sorted() []*row {
 	return rows
 }
 
-var columns = []string{"scenario", "impl", "how", "durable", "tasks/s (median)", "min–max", "p99", "cpu bench/machine", "notes"}
+var columns = []string{"scenario", "impl", "how", "durable", "tasks/s (median)", "min–max", "p99", "cpu bench/server/machine", "notes"}
 
 // cells formats a row. The figures are the median round's tasks/s (the
 // lower of the two middle ones for an even count), the range of all
@@ -151,7 +151,7 @@ func header(ctx context.Context, o options, tmp string, opened []*suite) []strin
 		"command: queuebench " + strings.Join(o.args, " "),
 		"data files (bbolt, sluice) in " + filesystem(ctx, tmp),
 		"ingest-single: 64 goroutines, one task per call; ingest-batch: 8 goroutines, 100 tasks per call; p99 is a call's latency (ingest) or a task's from its lease's return to its ack's return (work); payloads are 64 bytes",
-		"cpu: cores used by queuebench / by the whole machine in the median round (the difference went to the server under test and to other work)",
+		"cpu: cores used by queuebench / by the servers (postgres, redis-server, nats-server) / by the whole machine in the median round",
 	}
 	for _, s := range opened {
 		h = append(h, fmt.Sprintf("%s: %s", s.name, s.version))
