@@ -334,27 +334,43 @@ func (q *Queue) commit() {
 // loop share one commit instead of splitting into two halves that
 // alternate (the half answered always arriving just after the next commit
 // started). It yields the processor while the changes waiting grow toward
-// those answered, and stops when they are all back or when none came for
-// rejoinStall: a caller that does not come back (one with other work
-// between its calls) costs at most that, never a batching timer, and a
-// lone caller costs nothing.
+// those answered, and stops when they are all back, when none came for
+// rejoinStall, or after rejoinLongest in all: a caller that does not come
+// back (one with other work between its calls) costs the next commit at
+// most that, never a batching timer, and a lone caller costs nothing.
 func rejoin(ops chan *op, answered int) {
-	want := min(len(ops)+answered, cap(ops))
-	seen, last := len(ops), time.Now()
+	awaitCallers(func() int { return len(ops) }, min(len(ops)+answered, cap(ops)), time.Now, runtime.Gosched)
+}
+
+// awaitCallers is rejoin's loop, apart from the channel, the clock and
+// the scheduler so that a test can drive it: it yields while waiting()
+// grows toward want, within rejoinStall of the last growth and
+// rejoinLongest in all.
+func awaitCallers(waiting func() int, want int, now func() time.Time, yield func()) {
+	start := now()
+	seen, last := waiting(), start
 	for seen < want {
-		runtime.Gosched()
-		if n := len(ops); n != seen {
-			seen, last = n, time.Now()
-		} else if time.Since(last) > rejoinStall {
+		yield()
+		t := now()
+		if n := waiting(); n != seen {
+			seen, last = n, t
+		} else if t.Sub(last) > rejoinStall {
+			return
+		}
+		if t.Sub(start) > rejoinLongest {
 			return
 		}
 	}
 }
 
 // rejoinStall is how long rejoin waits for the next caller once the last
-// one came back: a few goroutine switches, a small part of a commit's
-// fsyncs (~0.5 ms here).
-const rejoinStall = 50 * time.Microsecond
+// one came back: a few goroutine switches. rejoinLongest bounds the whole
+// wait, so that callers trickling in cannot make it a batching timer: a
+// part of a commit's fsyncs (~0.5 ms here).
+const (
+	rejoinStall   = 50 * time.Microsecond
+	rejoinLongest = 250 * time.Microsecond
+)
 
 // crashHook, when set by the crash tests, is called at named points; it
 // may kill the process there.

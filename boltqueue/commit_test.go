@@ -3,6 +3,7 @@ package boltqueue
 import (
 	"sync"
 	"testing"
+	"time"
 )
 
 // callersComingBack starts n goroutines that each submit one change as
@@ -59,4 +60,42 @@ func TestRejoinDoesNotWaitForCallersThatDoNotComeBack(t *testing.T) {
 	// More answered than the channel holds: bounded by its capacity.
 	ops <- &op{}
 	rejoin(ops, 100)
+}
+
+// awaitCallers on a driven clock (10 µs a reading) and scheduler: the
+// number of yields it makes says how long it waited.
+func yieldsUntilReturn(arrive func(yield int) bool, want int) int {
+	clock := time.Unix(0, 0)
+	now := func() time.Time { clock = clock.Add(10 * time.Microsecond); return clock }
+	waiting, yields := 0, 0
+	awaitCallers(func() int { return waiting }, want, now, func() {
+		yields++
+		if arrive(yields) {
+			waiting++
+		}
+	})
+	return yields
+}
+
+func TestAwaitCallersBounds(t *testing.T) {
+	cases := []struct {
+		name       string
+		arrive     func(yield int) bool
+		want       int
+		mostYields int
+	}{
+		// Every yield brings a caller: done when all are back.
+		{"all come back", func(int) bool { return true }, 20, 20},
+		// None comes: the stall (50 µs) ends it.
+		{"none comes", func(int) bool { return false }, 20, 6},
+		// One every fourth reading (40 µs, within the stall), without
+		// end: only the overall bound (250 µs) ends it. Without that
+		// bound this waits for all 1e6.
+		{"trickle", func(y int) bool { return y%4 == 0 }, 1e6, 26},
+	}
+	for _, c := range cases {
+		if got := yieldsUntilReturn(c.arrive, c.want); got > c.mostYields {
+			t.Errorf("%s: %d yields (%v on the driven clock), want at most %d", c.name, got, time.Duration(got)*10*time.Microsecond, c.mostYields)
+		}
+	}
 }

@@ -119,7 +119,7 @@ func (q *Queue) Enqueue(ctx context.Context, tasks ...queue.Task) ([]queue.Enque
 		}
 	}
 	if firstErr != nil {
-		return nil, q.undo(firstErr, claims, nil, nil, nil)
+		return nil, q.undo(firstErr, claims, nil, nil, nil, nil)
 	}
 	for k, c := range claims {
 		if c.dup != "" {
@@ -153,7 +153,7 @@ func (q *Queue) Enqueue(ctx context.Context, tasks ...queue.Task) ([]queue.Enque
 		}
 		data, err := r.encode()
 		if err != nil {
-			return nil, q.undo(fmt.Errorf("jsqueue: enqueue: task %d: %w", i, err), claims, nil, nil, nil)
+			return nil, q.undo(fmt.Errorf("jsqueue: enqueue: task %d: %w", i, err), claims, nil, nil, nil, nil)
 		}
 		ids[k] = out[i].ID
 		recs[k] = &nats.Msg{Subject: q.statusSubject(out[i].ID), Data: data}
@@ -167,7 +167,7 @@ func (q *Queue) Enqueue(ctx context.Context, tasks ...queue.Task) ([]queue.Enque
 		return []jetstream.PublishOpt{jetstream.WithExpectLastSequencePerSubject(0)}
 	})
 	if err != nil {
-		return nil, q.undo(fmt.Errorf("jsqueue: enqueue: write the tasks' records: %w", err), claims, ids, recAcks, nil)
+		return nil, q.undo(fmt.Errorf("jsqueue: enqueue: write the tasks' records: %w", err), claims, ids, recAcks, nil, nil)
 	}
 	// Published in ready-time order (stable), so that a consumer meets a
 	// batch's tasks as Lease should hand them out.
@@ -179,14 +179,15 @@ func (q *Queue) Enqueue(ctx context.Context, tasks ...queue.Task) ([]queue.Enque
 		return cmp.Or(tasks[fresh[a]].NotBefore, now).Compare(cmp.Or(tasks[fresh[b]].NotBefore, now))
 	})
 	sorted := make([]*nats.Msg, len(order))
+	priority := make([]int, len(order)) // of sorted[k], whose stream it is in
 	for k, o := range order {
-		sorted[k] = msgs[o]
+		sorted[k], priority[k] = msgs[o], tasks[fresh[o]].Priority
 	}
 	msgAcks, err := q.publish(ctx, sorted, func(k int) []jetstream.PublishOpt {
 		return []jetstream.PublishOpt{jetstream.WithMsgID(out[fresh[order[k]]].ID)}
 	})
 	if err != nil {
-		return nil, q.undo(fmt.Errorf("jsqueue: enqueue: publish the tasks: %w", err), claims, ids, recAcks, msgAcks)
+		return nil, q.undo(fmt.Errorf("jsqueue: enqueue: publish the tasks: %w", err), claims, ids, recAcks, msgAcks, priority)
 	}
 	return out, nil
 }
@@ -252,10 +253,11 @@ func (q *Queue) claimKey(ctx context.Context, key, id string, digest [sha256.Siz
 }
 
 // undo removes what a failed Enqueue wrote (key claims, the records of
-// ids, the messages acknowledged in msgs) and returns cause, saying so
+// ids, the messages acknowledged in msgs, msgs[i] in the tasks stream of
+// priority[i]) and returns cause, saying so
 // when some of the batch may stay stored: a write that could not be
 // undone, or one that was not confirmed (it may still land).
-func (q *Queue) undo(cause error, claims []claim, ids []string, recs, msgs []*jetstream.PubAck) error {
+func (q *Queue) undo(cause error, claims []claim, ids []string, recs, msgs []*jetstream.PubAck, priority []int) error {
 	ctx, cancel := context.WithTimeout(context.Background(), q.o.Timeout)
 	defer cancel()
 	var mu sync.Mutex
@@ -270,7 +272,7 @@ func (q *Queue) undo(cause error, claims []claim, ids []string, recs, msgs []*je
 	// Messages first: a message without a record is dropped by Lease.
 	each(len(msgs), width, func(i int) {
 		if msgs[i] != nil {
-			fail(q.tasks[q.priorityOf(msgs[i].Stream)].DeleteMsg(ctx, msgs[i].Sequence))
+			fail(q.tasks[priority[i]].DeleteMsg(ctx, msgs[i].Sequence))
 		}
 	})
 	// Records by subject, confirmed or not (one that timed out may have
@@ -326,14 +328,47 @@ func (q *Queue) publish(ctx context.Context, msgs []*nats.Msg, opts func(i int) 
 					first = err
 				}
 			case <-ctx.Done():
-				if first == nil {
-					first = ctx.Err()
-				}
+				// The writes still pending hold their share of the
+				// bound until nats.go settles them (its publish
+				// timeout), so that later calls do not overrun it.
+				q.settleInBackground(futures[k:], int64(end-start))
+				return acks, ctx.Err()
 			}
 		}
 		q.publishing.Release(int64(end - start))
 	}
 	return acks, first
+}
+
+// settleInBackground runs settleLater on a goroutine Close waits for.
+func (q *Queue) settleInBackground(futures []jetstream.PubAckFuture, weight int64) {
+	q.settleMu.Lock()
+	defer q.settleMu.Unlock()
+	select {
+	case <-q.stop:
+		q.publishing.Release(weight)
+	default:
+		q.settling.Go(func() { q.settleLater(futures, weight) })
+	}
+}
+
+// settleLater waits for the futures of writes a caller stopped waiting
+// for (each settles within the publish timeout), then releases weight of
+// the pending-publish bound.
+func (q *Queue) settleLater(futures []jetstream.PubAckFuture, weight int64) {
+	defer q.publishing.Release(weight)
+	backstop := time.NewTimer(2*q.o.Timeout + time.Second)
+	defer backstop.Stop()
+	for _, f := range futures {
+		select {
+		case <-f.Ok():
+		case <-f.Err():
+		case <-backstop.C:
+			return
+		case <-q.stop:
+			return
+		}
+	}
 }
 
 // each runs f(0) … f(n-1) on at most limit goroutines and waits for all.

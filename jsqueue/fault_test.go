@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/jsqueue"
@@ -87,6 +89,37 @@ func TestOptions(t *testing.T) {
 	s, err := q.Stats(t.Context())
 	if err != nil || !strings.Contains(s.Durability, "nats-server") {
 		t.Errorf("Stats = %+v, %v; want the durability of the server", s, err)
+	}
+}
+
+// A queue made by the first layout (every task in one stream named after
+// the queue, whose sequences its records name) is refused, not mixed
+// with the stream per priority.
+func TestEarlierLayoutRefused(t *testing.T) {
+	t.Parallel()
+	url := serverURL(t)
+	name := newName()
+	t.Cleanup(func() { drop(t, url, name) })
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: name, Subjects: []string{name + ".task.*.*"},
+		Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage}); err != nil {
+		t.Fatal(err)
+	}
+	q, err := jsqueue.Open(t.Context(), jsqueue.Options{URL: url, Name: name, Logger: quiet})
+	if err == nil {
+		_ = q.Close()
+		t.Fatal("Open succeeded over an earlier layout's stream")
+	}
+	if want := "was created by an earlier jsqueue"; !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "delete the stream "+name) {
+		t.Errorf("Open = %v, want an error saying %q and what to delete", err, want)
 	}
 }
 

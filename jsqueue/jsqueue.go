@@ -164,6 +164,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -322,6 +323,12 @@ type Queue struct {
 
 	// publishing holds a unit per write in flight, at most maxPending.
 	publishing *semaphore.Weighted
+	// settling counts the goroutines that hold publishing's units for
+	// writes a caller stopped waiting for; stop ends them at Close.
+	// settleMu orders their start before Close's wait.
+	settling sync.WaitGroup
+	settleMu sync.Mutex
+	stop     chan struct{}
 
 	durability string
 	closed     atomic.Bool
@@ -338,7 +345,7 @@ func Open(ctx context.Context, o Options) (*Queue, error) {
 	if err != nil {
 		return nil, err
 	}
-	q := &Queue{o: o, nc: o.Conn, log: o.Logger, publishing: semaphore.NewWeighted(maxPending)}
+	q := &Queue{o: o, nc: o.Conn, log: o.Logger, publishing: semaphore.NewWeighted(maxPending), stop: make(chan struct{})}
 	if q.nc == nil {
 		q.nc, err = nats.Connect(o.URL, nats.Name("sluice jsqueue "+o.Name),
 			nats.ReconnectBufSize(-1), nats.MaxReconnects(-1), nats.Timeout(o.Timeout))
@@ -379,6 +386,15 @@ func (q *Queue) open(ctx context.Context) error {
 	// Up to 45 requests: streams, consumers, buckets and their updates.
 	ctx, cancel := context.WithTimeout(ctx, 12*o.Timeout)
 	defer cancel()
+	// The first layout kept every task in one stream named N; its
+	// records name sequences of that stream. Refuse to mix the two.
+	switch _, err := q.js.Stream(ctx, o.Name); {
+	case err == nil:
+		return fmt.Errorf("jsqueue: open: queue %s was created by an earlier jsqueue (one tasks stream, %s): "+
+			"work it off with that version, delete the stream %s and the buckets %s_*, then open it again", o.Name, o.Name, o.Name, o.Name)
+	case !errors.Is(err, jetstream.ErrStreamNotFound):
+		return fmt.Errorf("jsqueue: open: look for an earlier layout's stream %s: %w", o.Name, err)
+	}
 	for p := range q.tasks {
 		q.tasks[p], err = q.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 			Name:        q.taskStream(p),
@@ -525,6 +541,10 @@ func (q *Queue) Close() error {
 	if q.closed.Swap(true) {
 		return nil
 	}
+	q.settleMu.Lock()
+	close(q.stop)
+	q.settleMu.Unlock()
+	q.settling.Wait()
 	if q.ownConn {
 		q.nc.Close()
 	}
@@ -543,12 +563,6 @@ func (q *Queue) begin(ctx context.Context, op string, scale int) (context.Contex
 }
 
 func (q *Queue) taskStream(priority int) string { return q.o.Name + "_tasks_" + strconv.Itoa(priority) }
-
-// priorityOf returns the priority whose tasks stream is named stream.
-func (q *Queue) priorityOf(stream string) int {
-	p, _ := strconv.Atoi(strings.TrimPrefix(stream, q.o.Name+"_tasks_"))
-	return min(max(p, 0), queue.MaxPriority)
-}
 
 func (q *Queue) taskSubject(priority int, id string) string {
 	return q.o.Name + ".task." + strconv.Itoa(priority) + "." + id

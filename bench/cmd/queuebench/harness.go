@@ -259,7 +259,7 @@ type leaser struct {
 func relay(ctx context.Context, e *env, consumers, ackers, n int, l leaser) (result, error) {
 	w := e.window()
 	var t tally
-	var acked atomic.Int64 // in the window or not
+	var acked atomic.Int64 // in the window or before it
 	var wg sync.WaitGroup
 	for range consumers {
 		wg.Go(func() {
@@ -313,9 +313,10 @@ func relay(ctx context.Context, e *env, consumers, ackers, n int, l leaser) (res
 			t.latencies(lat)
 		})
 	}
-	ready := int64(-1)
+	ready, ackedInWindow := int64(-1), int64(0)
 	cpu, err := w.watch(ctx, nil, func() (err error) {
 		if l.ready == nil {
+			ackedInWindow = acked.Load()
 			return nil
 		}
 		ready, err = l.ready(ctx)
@@ -326,7 +327,7 @@ func relay(ctx context.Context, e *env, consumers, ackers, n int, l leaser) (res
 		return result{}, err
 	}
 	r := t.result(w, cpu)
-	r.dry = ready == 0 || ready < 0 && acked.Load() >= l.backlog
+	r.dry = ready == 0 || ready < 0 && ackedInWindow >= l.backlog
 	return r, nil
 }
 
