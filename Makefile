@@ -5,9 +5,10 @@ TOOL      := $(GO) tool -modfile=tools/go.mod
 FUZZTIME  ?= 30s
 FUZZ_PKGS ?= ./...
 # The parsers of what arrives from the network (requests, headers,
-# addresses, configuration files, a Redis server's replies, the queue file's records), fuzzed in CI
+# addresses, configuration files, a Redis server's replies, the queue file's records, the
+# origins and URLs tasks may be sent to), fuzzed in CI
 # 50 s each.
-EDGE_PKGS := ./clientip ./ratelimitheader ./httplimit ./grpclimit ./gateway ./gateway/config ./rls ./pace ./redisstore ./boltqueue
+EDGE_PKGS := ./clientip ./ratelimitheader ./httplimit ./grpclimit ./gateway ./gateway/config ./rls ./pace ./redisstore ./boltqueue ./egress
 BENCHTIME ?= 1s
 COUNT     ?= 6
 OUT       := bench/out

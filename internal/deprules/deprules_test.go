@@ -51,6 +51,8 @@ var leanUsers = []struct {
 	{"queuetest", []string{"go.etcd.io/bbolt", "github.com/nats-io/", "github.com/redis/", "google.golang.org/grpc"}},
 	{"jsqueue", []string{"go.etcd.io/bbolt", "github.com/redis/", "google.golang.org/grpc", "github.com/prometheus/"}},
 	{"boltqueue", []string{"github.com/nats-io/", "github.com/redis/", "google.golang.org/grpc", "github.com/prometheus/"}},
+	// What the relay may send to: the standard library alone.
+	{"egress", []string{"go.etcd.io/bbolt", "github.com/nats-io/", "github.com/redis/", "google.golang.org/grpc", "github.com/prometheus/"}},
 	// The in-process store.
 	{"memstore", []string{"google.golang.org/grpc", "github.com/redis/", "github.com/prometheus/", "github.com/envoyproxy/"}},
 }
