@@ -23,9 +23,14 @@
 // space (100.64.0.0/10, where some clouds keep their metadata service),
 // unspecified, multicast, broadcast, "this network" (0.0.0.0/8),
 // benchmarking (198.18.0.0/15), reserved (240.0.0.0/4) and IETF protocol
-// assignments (192.0.0.0/24). IPv4 addresses written as IPv6
-// (::ffff:a.b.c.d, the NAT64 prefix 64:ff9b::/96) are judged as the IPv4
-// address they carry.
+// assignments (192.0.0.0/24), documentation ranges, Azure's WireServer
+// (168.63.129.16). IPv4 mapped into IPv6 (::ffff:a.b.c.d) and the
+// well-known NAT64 prefix 64:ff9b::/96 are judged as the IPv4 address
+// they carry; the other IPv6 forms that carry or reach IPv4 or a local
+// network (IPv4-compatible ::/96, SIIT, local-use NAT64 64:ff9b:1::/48,
+// 6to4, Teredo, site-local fec0::/10, discard 100::/64) are refused. A
+// network's own NAT64 prefix is not known here: a relay on such a
+// network should not allow it.
 package egress
 
 import (
@@ -39,6 +44,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // ErrRefused is wrapped by every refusal of this package.
@@ -84,6 +90,8 @@ func ParseOrigin(s string) (Origin, error) {
 		return Origin{}, refused("origin %q: no host", s)
 	case strings.Contains(u.Hostname(), "%"):
 		return Origin{}, refused("origin %q: an IPv6 zone is not allowed in a host", s)
+	case !isASCII(u.Hostname()):
+		return Origin{}, refused("origin %q: write an international host name in its ASCII form (xn--…)", s)
 	}
 	o := Origin{Scheme: scheme, Host: strings.ToLower(u.Hostname()), Port: defaultPort(scheme)}
 	if p := u.Port(); p != "" {
@@ -111,7 +119,10 @@ func (o Origin) String() string {
 	return o.Scheme + "://" + host + ":" + strconv.Itoa(o.Port)
 }
 
-// same reports whether u (absolute) is on o.
+// same reports whether u (absolute) is on o. Hosts compare byte for
+// byte after ASCII lower-casing: Unicode case folding would take "ſ" for
+// "s" and "K" (Kelvin) for "k", and net/http sends such a name in the
+// Host header in another form than the one it dials.
 func (o Origin) same(u *url.URL) bool {
 	port := defaultPort(strings.ToLower(u.Scheme))
 	if p := u.Port(); p != "" {
@@ -121,7 +132,11 @@ func (o Origin) same(u *url.URL) bool {
 		}
 		port = n
 	}
-	return strings.EqualFold(u.Scheme, o.Scheme) && strings.EqualFold(u.Hostname(), o.Host) && port == o.Port
+	host := u.Hostname()
+	if !isASCII(host) {
+		return false
+	}
+	return strings.ToLower(u.Scheme) == o.Scheme && strings.ToLower(host) == o.Host && port == o.Port
 }
 
 // MaxRef bounds a task's path or URL, in bytes.
@@ -131,7 +146,8 @@ const MaxRef = 8 << 10
 // optional query ("/v1/items?page=2"), or an absolute URL on o itself.
 // A URL on another origin (another scheme, host or port; "//host/..."),
 // user information, control characters and a ref over MaxRef are
-// refused. The fragment is dropped (it is never sent).
+// refused. The fragment is dropped (it is never sent), and leading
+// slashes are merged into one.
 func (o Origin) Resolve(ref string) (*url.URL, error) {
 	if len(ref) > MaxRef {
 		return nil, refused("URL of %d bytes: at most %d", len(ref), MaxRef)
@@ -160,11 +176,12 @@ func (o Origin) Resolve(ref string) (*url.URL, error) {
 	case !strings.HasPrefix(u.Path, "/"):
 		return nil, refused("path %q must begin with /", u.Path)
 	}
-	out := &url.URL{Scheme: o.Scheme, Host: o.hostPort(), Path: u.Path, RawPath: u.RawPath, RawQuery: u.RawQuery}
-	if out.Path == "" {
-		out.Path = "/"
+	// One leading slash: some servers read "//name/..." as a host.
+	path, raw := "/"+strings.TrimLeft(u.Path, "/"), ""
+	if u.RawPath != "" {
+		raw = "/" + strings.TrimLeft(u.RawPath, "/")
 	}
-	return out, nil
+	return &url.URL{Scheme: o.Scheme, Host: o.hostPort(), Path: path, RawPath: raw, RawQuery: u.RawQuery}, nil
 }
 
 func (o Origin) hostPort() string {
@@ -172,33 +189,48 @@ func (o Origin) hostPort() string {
 }
 
 // CheckRedirect is an http.Client's CheckRedirect that follows a redirect
-// only when it stays on o, at most 10 times.
+// only when it stays on o, without user information, at most 10 times.
+// The request it lets go is addressed to o as o writes itself.
 func (o Origin) CheckRedirect(req *http.Request, via []*http.Request) error {
-	if !o.same(req.URL) {
+	switch {
+	case req.URL.User != nil:
+		return refused("redirect with user information (it would be sent as credentials)")
+	case !o.same(req.URL):
 		return refused("redirect to another origin than the target's %s", o)
-	}
-	if len(via) >= 10 {
+	case len(via) >= 10:
 		return refused("more than 10 redirects")
 	}
+	req.URL.Scheme, req.URL.Host, req.Host = o.Scheme, o.hostPort(), ""
 	return nil
 }
 
 // owned are the header names the transport sets itself: the host, the
 // framing and the hop-by-hop headers (RFC 9110 7.6.1). A task that sets
-// them could change where or how its request is read.
-var owned = map[string]bool{
-	"Host": true, "Content-Length": true, "Transfer-Encoding": true, "Connection": true,
-	"Keep-Alive": true, "Te": true, "Trailer": true, "Upgrade": true,
-	"Proxy-Connection": true, "Proxy-Authorization": true, "Proxy-Authenticate": true,
-	"Http2-Settings": true,
-}
+// them could change where or how its request is read. forwarding are
+// the ones a proxy in front of the target may trust to route the request
+// or to name its client.
+var (
+	owned = map[string]bool{
+		"Host": true, "Content-Length": true, "Transfer-Encoding": true, "Connection": true,
+		"Keep-Alive": true, "Te": true, "Trailer": true, "Upgrade": true,
+		"Proxy-Connection": true, "Proxy-Authorization": true, "Proxy-Authenticate": true,
+		"Http2-Settings": true,
+	}
+	forwarding = map[string]bool{
+		"Forwarded": true, "Via": true, "X-Real-Ip": true, "X-Client-Ip": true, "True-Client-Ip": true,
+		"X-Original-Url": true, "X-Rewrite-Url": true, "X-Original-Host": true,
+		"X-Http-Method-Override": true, "X-Http-Method": true, "X-Method-Override": true,
+	}
+)
 
 // MaxHeaderName bounds a header name, in bytes.
 const MaxHeaderName = 256
 
 // CheckHeader refuses a header name a task may not set: not a token
-// (RFC 9110 5.1), too long, or one the transport owns (Host, framing,
-// hop-by-hop).
+// (RFC 9110 5.1), too long, one the transport owns (Host, framing,
+// hop-by-hop), or one a proxy in front of the target may trust to route
+// the request or name its client (Forwarded, X-Forwarded-*, X-Real-Ip,
+// method overrides…). "_" counts as "-".
 func CheckHeader(name string) error {
 	if name == "" || len(name) > MaxHeaderName {
 		return refused("header name of %d bytes: from 1 to %d", len(name), MaxHeaderName)
@@ -208,10 +240,24 @@ func CheckHeader(name string) error {
 			return refused("header name %q: byte %d is not allowed in a header name", name, i)
 		}
 	}
-	if canon := http.CanonicalHeaderKey(name); owned[canon] {
+	// Servers behind CGI or FastCGI read "_" as "-".
+	canon := http.CanonicalHeaderKey(strings.ReplaceAll(name, "_", "-"))
+	switch {
+	case owned[canon]:
 		return refused("header %s is set by the transport, not by a task", canon)
+	case forwarding[canon] || strings.HasPrefix(canon, "X-Forwarded-"):
+		return refused("header %s routes or names the client at a proxy in front of the target; a task may not set it", canon)
 	}
 	return nil
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
 }
 
 func isToken(c byte) bool {
@@ -240,6 +286,20 @@ var (
 		{netip.MustParsePrefix("192.0.0.0/24"), "IETF protocol assignments"},
 		{netip.MustParsePrefix("198.18.0.0/15"), "benchmarking"},
 		{netip.MustParsePrefix("240.0.0.0/4"), "reserved"},
+		{netip.MustParsePrefix("192.0.2.0/24"), "documentation"},
+		{netip.MustParsePrefix("198.51.100.0/24"), "documentation"},
+		{netip.MustParsePrefix("203.0.113.0/24"), "documentation"},
+		{netip.MustParsePrefix("168.63.129.16/32"), "Azure's host service (WireServer)"},
+		// IPv6 forms that carry or reach an IPv4 address or a local
+		// network, other than the two judged as their IPv4.
+		{netip.MustParsePrefix("::/96"), "IPv4-compatible (deprecated)"},
+		{netip.MustParsePrefix("::ffff:0:0:0/96"), "IPv4-translated (SIIT)"},
+		{netip.MustParsePrefix("64:ff9b:1::/48"), "local-use NAT64"},
+		{netip.MustParsePrefix("2002::/16"), "6to4"},
+		{netip.MustParsePrefix("2001::/32"), "Teredo"},
+		{netip.MustParsePrefix("2001:db8::/32"), "documentation"},
+		{netip.MustParsePrefix("fec0::/10"), "site-local (deprecated)"},
+		{netip.MustParsePrefix("100::/64"), "discard-only"},
 	}
 )
 
@@ -252,7 +312,7 @@ func (p Policy) CheckAddr(a netip.Addr) error {
 		a = netip.AddrFrom4([4]byte(b[12:]))
 	}
 	for _, allowed := range p.Allow {
-		if allowed.Contains(a) {
+		if allowed.Contains(a) || a.Is4() && allowed.Contains(netip.AddrFrom16(a.As16())) {
 			return nil
 		}
 	}
@@ -319,14 +379,17 @@ func (p Policy) Dialer(d *net.Dialer) *net.Dialer {
 }
 
 // Transport returns an http.Transport that dials through p.Dialer(d) and
-// never through a proxy (a proxy would connect on the task's behalf,
-// past the check).
+// nothing else: no proxy (a proxy would connect on the task's behalf,
+// past the check) and no other dial hook. Its timeouts are net/http's
+// defaults; set the request's own through its context or the client.
 func (p Policy) Transport(d *net.Dialer) *http.Transport {
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.Proxy = nil
 	dial := p.Dialer(d)
-	t.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		return dial.DialContext(ctx, network, addr)
+	return &http.Transport{
+		DialContext:           dial.DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          100,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: time.Second,
 	}
-	return t
 }

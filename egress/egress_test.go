@@ -39,6 +39,7 @@ func TestParseOrigin(t *testing.T) {
 		{in: "https://api.example.com:", refusal: "empty port"},
 		{in: "https://api.example.com:http", refusal: "origin"},
 		{in: "http://[fe80::1%25en0]:80", refusal: "zone"},
+		{in: "https://bücher.example", refusal: "ASCII form"},
 	} {
 		o, err := egress.ParseOrigin(c.in)
 		switch {
@@ -66,6 +67,9 @@ func TestResolve(t *testing.T) {
 		{ref: "https://api.example.com/x", want: "https://api.example.com/x"},
 		{ref: "https://API.example.com:443/x", want: "https://api.example.com/x"},
 		{ref: "https://api.example.com", want: "https://api.example.com/"},
+		{ref: "///evil.example.com/x", want: "https://api.example.com/evil.example.com/x"},
+		{ref: "/v1//items", want: "https://api.example.com/v1//items"},
+		{ref: "https://api.example.com//evil.example.com/", want: "https://api.example.com/evil.example.com/"},
 		{ref: "http://api.example.com/x", refusal: "another origin"},
 		{ref: "https://api.example.com:8443/x", refusal: "another origin"},
 		{ref: "https://evil.example.com/x", refusal: "another origin"},
@@ -150,6 +154,9 @@ func TestCheckHeader(t *testing.T) {
 		"transfer-encoding": "set by the transport", "Connection": "set by the transport", "Keep-Alive": "set by the transport",
 		"TE": "set by the transport", "Trailer": "set by the transport", "Upgrade": "set by the transport",
 		"Proxy-Authorization": "set by the transport", "Proxy-Connection": "set by the transport",
+		"Content_Length": "set by the transport", "transfer_encoding": "set by the transport",
+		"X-Forwarded-Host": "proxy", "x-forwarded-for": "proxy", "X_Forwarded_Proto": "proxy", "Forwarded": "proxy",
+		"X-Real-IP": "proxy", "X-HTTP-Method-Override": "proxy", "X-Original-URL": "proxy",
 		"X Api": "not allowed", "X-Api:": "not allowed", "X-\r\nHost": "not allowed", "Ünïcode": "not allowed",
 		"": "from 1 to", strings.Repeat("a", egress.MaxHeaderName+1): "from 1 to",
 	} {
@@ -174,6 +181,11 @@ func TestCheckAddr(t *testing.T) {
 		"0.1.2.3": "this network", "224.0.0.1": "multicast", "ff02::1": "multicast",
 		"255.255.255.255": "broadcast", "240.1.2.3": "reserved", "198.18.0.5": "benchmarking",
 		"192.0.0.170": "IETF", "64:ff9b::a9fe:a9fe": "cloud metadata", "64:ff9b::7f00:1": "loopback",
+		"::127.0.0.1": "IPv4-compatible", "::169.254.169.254": "IPv4-compatible", "::ffff:0:7f00:1": "SIIT",
+		"2002:7f00:1::1": "6to4", "2002:a9fe:a9fe::1": "6to4", "2001:0:4136:e378::1": "Teredo",
+		"fec0::1": "site-local", "100::1": "discard", "64:ff9b:1::a9fe:a9fe": "local-use NAT64",
+		"2001:db8::1": "documentation", "192.0.2.1": "documentation", "203.0.113.9": "documentation",
+		"168.63.129.16": "WireServer",
 	} {
 		if err := p.CheckAddr(netip.MustParseAddr(a)); !errors.Is(err, egress.ErrRefused) || !strings.Contains(err.Error(), what) {
 			t.Errorf("CheckAddr(%s) = %v, want a refusal saying %q", a, err, what)
@@ -185,6 +197,48 @@ func TestCheckAddr(t *testing.T) {
 	}
 	if err := allow.CheckAddr(netip.MustParseAddr("10.0.0.1")); err == nil {
 		t.Error("allowing loopback allowed a private address")
+	}
+	// A prefix written in IPv6's mapped form allows the IPv4 it maps.
+	mapped := egress.Policy{Allow: []netip.Prefix{netip.MustParsePrefix("::ffff:127.0.0.0/104")}}
+	if err := mapped.CheckAddr(netip.MustParseAddr("127.0.0.1")); err != nil {
+		t.Errorf("loopback allowed in its mapped form: %v", err)
+	}
+}
+
+// A redirect's host is compared in ASCII: Unicode case folding takes "ſ"
+// for "s" and "K" (Kelvin) for "k", and net/http would dial one name and
+// send another in Host. A redirect with user information is refused; one
+// that is followed is addressed to the origin as the origin writes it.
+func TestCheckRedirectHosts(t *testing.T) {
+	o, err := egress.ParseOrigin("https://localhost:8443")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, loc := range []string{"https://localhoſt:8443/x", "https://locaLhost:8443/x", "https://u:p@localhost:8443/x", "https://localhost:443/x", "http://localhost:8443/x"} {
+		req, err := http.NewRequest("GET", loc, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = o.CheckRedirect(req, nil)
+		if strings.Contains(loc, "locaLhost") {
+			// ASCII upper case is the same host.
+			if err != nil || req.URL.Host != "localhost:8443" || req.Host != "" {
+				t.Errorf("CheckRedirect(%s) = %v, URL host %q, Host %q; want it followed to localhost:8443", loc, err, req.URL.Host, req.Host)
+			}
+			continue
+		}
+		if !errors.Is(err, egress.ErrRefused) {
+			t.Errorf("CheckRedirect(%s) = %v, want a refusal", loc, err)
+		}
+	}
+	kelvin, _ := egress.ParseOrigin("https://kiosk.example")
+	req, _ := http.NewRequest("GET", "https://Kiosk.example/x", nil)
+	if err := kelvin.CheckRedirect(req, nil); !errors.Is(err, egress.ErrRefused) {
+		t.Errorf("redirect to the Kelvin-sign look-alike = %v, want a refusal", err)
+	}
+	padded, _ := http.NewRequest("GET", "https://localhost:08443/x", nil)
+	if err := o.CheckRedirect(padded, nil); err != nil || padded.URL.Host != "localhost:8443" {
+		t.Errorf("redirect to a zero-padded port = %v, host %q; want it followed to localhost:8443", err, padded.URL.Host)
 	}
 }
 
