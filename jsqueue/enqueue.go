@@ -25,8 +25,9 @@ const (
 	publishWindow = 1024
 	// maxPending is the most writes in flight at once over all calls
 	// (the connection's bound on pending asynchronous publishes, past
-	// which nats.go refuses a publish as "stalled"): concurrent Enqueues
-	// beyond it wait, first come first served.
+	// which nats.go refuses a publish as "stalled"): a call holds one unit
+	// per write it may have in flight (at most publishWindow), and
+	// concurrent Enqueues beyond the bound wait, first come first served.
 	maxPending = 8 * publishWindow
 	// width is the most requests of one call in flight at once where each
 	// needs an answer before the next step (key claims, Lease's records).
@@ -304,12 +305,15 @@ func (q *Queue) undo(cause error, claims []claim, ids []string, recs, msgs []*je
 // failed or was not confirmed; one that timed out may still be applied.
 func (q *Queue) publish(ctx context.Context, msgs []*nats.Msg, opts func(i int) []jetstream.PublishOpt) ([]*jetstream.PubAck, error) {
 	acks := make([]*jetstream.PubAck, len(msgs))
+	// The call's whole share at once, first come first served: calls
+	// finish in turn rather than all late, their windows interleaved.
+	weight := int64(min(len(msgs), publishWindow))
+	if err := q.publishing.Acquire(ctx, weight); err != nil {
+		return acks, err
+	}
 	var first error
 	for start := 0; start < len(msgs) && first == nil; start += publishWindow {
 		end := min(start+publishWindow, len(msgs))
-		if err := q.publishing.Acquire(ctx, int64(end-start)); err != nil {
-			return acks, err
-		}
 		futures := make([]jetstream.PubAckFuture, 0, end-start)
 		for i := start; i < end; i++ {
 			f, err := q.js.PublishMsgAsync(msgs[i], opts(i)...)
@@ -328,15 +332,26 @@ func (q *Queue) publish(ctx context.Context, msgs []*nats.Msg, opts func(i int) 
 					first = err
 				}
 			case <-ctx.Done():
-				// The writes still pending hold their share of the
-				// bound until nats.go settles them (its publish
+				// Take the answers already in (a write confirmed can be
+				// undone); the writes still pending hold their share of
+				// the bound until nats.go settles them (its publish
 				// timeout), so that later calls do not overrun it.
-				q.settleInBackground(futures[k:], int64(end-start))
+				var pending []jetstream.PubAckFuture
+				for j := k; j < len(futures); j++ {
+					select {
+					case a := <-futures[j].Ok():
+						acks[start+j] = a
+					case <-futures[j].Err():
+					default:
+						pending = append(pending, futures[j])
+					}
+				}
+				q.settleInBackground(pending, weight)
 				return acks, ctx.Err()
 			}
 		}
-		q.publishing.Release(int64(end - start))
 	}
+	q.publishing.Release(weight)
 	return acks, first
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"log/slog"
 	"os"
 	"strings"
@@ -171,5 +172,45 @@ func TestConcurrentLargeBatches(t *testing.T) {
 	}
 	if s.Depth != callers*batch {
 		t.Errorf("Depth = %d, want %d", s.Depth, callers*batch)
+	}
+}
+
+// Callers that give up in the middle of their writes leave them pending
+// in nats.go; those keep their share of the pending-publish bound until
+// they settle, so the callers after them are not refused as "stalled",
+// and Close ends the goroutines that wait for them (goleak in TestMain).
+func TestCancelledEnqueuesKeepTheBound(t *testing.T) {
+	t.Parallel()
+	q := open(t, jsqueue.Options{URL: serverURL(t)})
+	tasks := make([]queue.Task, 3000)
+	for i := range tasks {
+		tasks[i].Payload = []byte("x")
+	}
+	var wg sync.WaitGroup
+	cancelled := 0
+	var mu sync.Mutex
+	for range 8 {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Millisecond)
+			defer cancel()
+			if _, err := q.Enqueue(ctx, tasks...); errors.Is(err, context.DeadlineExceeded) {
+				mu.Lock()
+				cancelled++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("%d of 8 callers gave up in the middle", cancelled)
+	for range 8 {
+		wg.Go(func() {
+			if _, err := q.Enqueue(t.Context(), tasks...); err != nil {
+				t.Errorf("Enqueue after cancelled callers: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
 	}
 }
