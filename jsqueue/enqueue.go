@@ -26,8 +26,8 @@ const (
 	// maxPending is the most writes in flight at once over all calls
 	// (the connection's bound on pending asynchronous publishes, past
 	// which nats.go refuses a publish as "stalled"): a call holds one unit
-	// per write it may have in flight (at most publishWindow), and
-	// concurrent Enqueues beyond the bound wait, first come first served.
+	// per write of the window it has in flight, and concurrent Enqueues
+	// beyond the bound wait, first come first served.
 	maxPending = 8 * publishWindow
 	// width is the most requests of one call in flight at once where each
 	// needs an answer before the next step (key claims, Lease's records).
@@ -305,15 +305,13 @@ func (q *Queue) undo(cause error, claims []claim, ids []string, recs, msgs []*je
 // failed or was not confirmed; one that timed out may still be applied.
 func (q *Queue) publish(ctx context.Context, msgs []*nats.Msg, opts func(i int) []jetstream.PublishOpt) ([]*jetstream.PubAck, error) {
 	acks := make([]*jetstream.PubAck, len(msgs))
-	// The call's whole share at once, first come first served: calls
-	// finish in turn rather than all late, their windows interleaved.
-	weight := int64(min(len(msgs), publishWindow))
-	if err := q.publishing.Acquire(ctx, weight); err != nil {
-		return acks, err
-	}
 	var first error
 	for start := 0; start < len(msgs) && first == nil; start += publishWindow {
 		end := min(start+publishWindow, len(msgs))
+		weight := int64(end - start)
+		if err := q.publishing.Acquire(ctx, weight); err != nil {
+			return acks, err
+		}
 		futures := make([]jetstream.PubAckFuture, 0, end-start)
 		for i := start; i < end; i++ {
 			f, err := q.js.PublishMsgAsync(msgs[i], opts(i)...)
@@ -350,8 +348,8 @@ func (q *Queue) publish(ctx context.Context, msgs []*nats.Msg, opts func(i int) 
 				return acks, ctx.Err()
 			}
 		}
+		q.publishing.Release(weight)
 	}
-	q.publishing.Release(weight)
 	return acks, first
 }
 

@@ -321,8 +321,8 @@ type Queue struct {
 	// finished holds the buckets of the final states, by record state.
 	finished map[string]jetstream.KeyValue
 
-	// publishing holds, for each publish in flight, a unit per write it
-	// may have pending (at most publishWindow); maxPending in all.
+	// publishing holds, for each publish window in flight, a unit per
+	// write; maxPending in all.
 	publishing *semaphore.Weighted
 	// settling counts the goroutines that hold publishing's units for
 	// writes a caller stopped waiting for; stop ends them at Close.
