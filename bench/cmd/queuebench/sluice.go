@@ -33,8 +33,16 @@ var openers = map[string]func(dir string) (queue.Queue, error){
 }
 
 // firstGuess is each backend's work rate (tasks/s) that sizes the first
-// round's backlog; later rounds size it from the rate seen.
+// round's backlog (20,000 for a backend not named); later rounds size it
+// from the rate seen.
 var firstGuess = map[string]float64{"boltqueue": 60000, "jsqueue": 2000}
+
+func firstGuessOf(name string) float64 {
+	if g, ok := firstGuess[name]; ok {
+		return g
+	}
+	return 20000
+}
 
 // natsURL is the server jsqueue's rows use (SLUICE_NATS_URL, default the
 // local one).
@@ -188,7 +196,7 @@ func (s *sluiceBench) ingest(g, n int, put func(queue.Queue) putFunc) func(conte
 func (s *sluiceBench) work(consumers, n, ackers int) func(context.Context, *env) (result, error) {
 	return func(ctx context.Context, e *env) (r result, err error) {
 		err = s.with(e, func(q queue.Queue) error {
-			backlog := e.backlog(firstGuess[s.name])
+			backlog := e.backlog(firstGuessOf(s.name))
 			err := fill(ctx, backlog, 4, 500, func(ctx context.Context, n int) error {
 				tasks := make([]queue.Task, n)
 				for i := range tasks {
