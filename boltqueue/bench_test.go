@@ -2,6 +2,7 @@ package boltqueue_test
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"runtime"
 	"sync"
@@ -134,4 +135,68 @@ func BenchmarkEnqueue1(b *testing.B) {
 		}
 	}
 	report(b, q, b.N)
+}
+
+// killAll dead-letters every task of q (ready ones, leased for an hour),
+// 64 at a time so that they share commits.
+func killAll(b *testing.B, q *boltqueue.Queue) {
+	b.Helper()
+	ctx := context.Background()
+	for {
+		ls, err := q.Lease(ctx, 1000, time.Hour)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(ls) == 0 {
+			return
+		}
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, 64)
+		for _, l := range ls {
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				if err := q.DeadLetter(ctx, l.Receipt, "400 Bad Request"); err != nil {
+					b.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+	}
+}
+
+// A page of 100 dead tasks from the middle of the dead: its cost does not
+// grow with their number (the dead index is read from the cursor's place).
+func BenchmarkListDead(b *testing.B) {
+	for _, dead := range []int{1000, 100000} {
+		b.Run(fmt.Sprintf("dead=%d", dead), func(b *testing.B) {
+			q := openBench(b)
+			ctx := context.Background()
+			batch := make([]queue.Task, 1000)
+			for i := range batch {
+				batch[i].Payload = make([]byte, 100)
+			}
+			for range dead / 1000 {
+				if _, err := q.Enqueue(ctx, batch...); err != nil {
+					b.Fatal(err)
+				}
+			}
+			killAll(b, q)
+			after := "" // the middle: the last of the first dead/2
+			for left := dead / 2; left > 0; {
+				page, err := q.ListDead(ctx, after, min(left, queue.MaxList))
+				if err != nil {
+					b.Fatal(err)
+				}
+				after, left = page[len(page)-1].ID, left-len(page)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				if page, err := q.ListDead(ctx, after, 100); err != nil || len(page) != 100 {
+					b.Fatalf("ListDead = %d tasks, %v", len(page), err)
+				}
+			}
+		})
+	}
 }

@@ -19,13 +19,21 @@
 // the tasks' records (state, attempts, instants, key, outcome — about 100
 // bytes), their payloads and results, the ready index (priority, ready
 // time, task), the schedule index (ready time, task) of tasks not yet
-// ready, the lease index (end of lease, task), the idempotency keys
-// (key → task, enqueue time, payload digest) and the expiry index that
-// forgets keys after the dedup window and finished tasks after their
-// retention. Lease reads the fronts of the indexes and never scans the
-// backlog; the counts Stats reports are kept beside them, so memory does
+// ready, the lease index (end of lease, task), the dead index (instant of
+// death, task) of dead tasks, the idempotency keys (key → task, enqueue
+// time, payload digest) and the expiry index that forgets keys after the
+// dedup window and finished tasks after their retention. Lease reads the
+// fronts of the indexes and never scans the backlog; ListDead reads n
+// entries of the dead index from its cursor's place and their records;
+// the counts Stats reports are kept beside the indexes, so memory does
 // not grow with the backlog (bbolt maps the file; only the pages touched
 // are resident).
+//
+// The dead index is newer than the file format: Open builds it, reading
+// every task once, when the file was last written by a boltqueue without
+// it (and logs so). Such a file opens unchanged otherwise, and an earlier
+// boltqueue still opens a file this one wrote (it ignores the index,
+// which the next Open of this one builds again).
 //
 // A lease is recorded in the file: after a restart it is still held until
 // it expires, then its task is handed out again (at-least-once).
@@ -66,8 +74,8 @@ type Options struct {
 	// task was enqueued (default 24 h).
 	DedupWindow time.Duration
 	// Retention is how long a succeeded or cancelled task is kept for Get
-	// (default 24 h); DeadRetention the same for dead tasks (default 7
-	// days).
+	// (default 24 h); DeadRetention the same for dead tasks, which
+	// ListDead lists and Revive brings back until then (default 7 days).
 	Retention     time.Duration
 	DeadRetention time.Duration
 	// PurgeInterval is how often forgotten keys and tasks past their
@@ -156,15 +164,18 @@ var _ queue.Queue = (*Queue)(nil)
 
 // Bucket names.
 var (
-	bTasks     = []byte("tasks")
-	bPayloads  = []byte("payloads")
-	bResults   = []byte("results")
-	bReady     = []byte("ready")
-	bSchedule  = []byte("schedule")
-	bLeases    = []byte("leases")
-	bKeys      = []byte("keys")
-	bExpiry    = []byte("expiry")
-	bMeta      = []byte("meta")
+	bTasks    = []byte("tasks")
+	bPayloads = []byte("payloads")
+	bResults  = []byte("results")
+	bReady    = []byte("ready")
+	bSchedule = []byte("schedule")
+	bLeases   = []byte("leases")
+	bKeys     = []byte("keys")
+	bExpiry   = []byte("expiry")
+	bMeta     = []byte("meta")
+	bDead     = []byte("dead")
+	// allBuckets are the buckets every file has; Open adds bDead (see
+	// ensureDeadIndex).
 	allBuckets = [][]byte{bTasks, bPayloads, bResults, bReady, bSchedule, bLeases, bKeys, bExpiry, bMeta}
 )
 
@@ -185,6 +196,8 @@ func Open(path string, o Options) (*Queue, error) {
 		return nil, fmt.Errorf("boltqueue: open %s: %w", path, err)
 	}
 	var held int64
+	indexed := -1
+	start := time.Now()
 	err = db.Update(func(tx *bolt.Tx) error {
 		for _, name := range allBuckets {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
@@ -192,7 +205,9 @@ func Open(path string, o Options) (*Queue, error) {
 			}
 		}
 		held = loadCounts(tx).leased
-		return nil
+		n, err := ensureDeadIndex(tx)
+		indexed = n
+		return err
 	})
 	if err != nil {
 		_ = db.Close()
@@ -201,6 +216,10 @@ func Open(path string, o Options) (*Queue, error) {
 	q := &Queue{db: db, o: o, path: path, ops: make(chan *op, 1024), quit: make(chan struct{}), done: make(chan struct{})}
 	if held > 0 {
 		o.Logger.Info("boltqueue: opened with leases held before the restart; their tasks return when the leases end", "leases", held)
+	}
+	if indexed > 0 {
+		o.Logger.Info("boltqueue: built the index of dead tasks (the file was last written by a boltqueue without it)",
+			"dead", indexed, "took", time.Since(start))
 	}
 	var wg sync.WaitGroup
 	wg.Go(q.commit)
@@ -250,7 +269,8 @@ type op struct {
 
 func isRefusal(err error) bool {
 	return errors.Is(err, queue.ErrInvalid) || errors.Is(err, queue.ErrKeyConflict) ||
-		errors.Is(err, queue.ErrLeaseLost) || errors.Is(err, queue.ErrNotFound) || errors.Is(err, queue.ErrFinished)
+		errors.Is(err, queue.ErrLeaseLost) || errors.Is(err, queue.ErrNotFound) || errors.Is(err, queue.ErrFinished) ||
+		errors.Is(err, queue.ErrNotDead) || errors.Is(err, queue.ErrDeadlinePassed)
 }
 
 // submit hands a change to the committer and waits for its outcome. If
@@ -404,7 +424,9 @@ func (q *Queue) apply(group []*op) int {
 				return o.err
 			}
 		}
-		w.saveCounts()
+		if err := w.saveMeta(); err != nil {
+			return err
+		}
 		if q.o.ackBeforeCommit {
 			for _, o := range live {
 				o.early = true
@@ -548,6 +570,32 @@ func (q *Queue) DeadLetter(ctx context.Context, r queue.Receipt, reason string) 
 // Cancel implements queue.Queue.
 func (q *Queue) Cancel(ctx context.Context, id string) error {
 	return q.submit(ctx, &op{bytes: 256, apply: func(w *writer) error { return w.cancel(id) }})
+}
+
+// Revive implements queue.Queue: the task's record, its indexes and the
+// counts change in one commit of the committer, so a concurrent Revive of
+// the same task finds it queued or scheduled (ErrNotDead).
+func (q *Queue) Revive(ctx context.Context, id string, at time.Time) error {
+	return q.submit(ctx, &op{bytes: 256, apply: func(w *writer) error { return w.revive(id, at) }})
+}
+
+// ListDead implements queue.Queue: one read transaction (it does not wait
+// for the committer) that seeks the cursor's place in the dead index and
+// reads the next n entries and their tasks.
+func (q *Queue) ListDead(ctx context.Context, after string, n int) ([]queue.Info, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := queue.CheckList(n); err != nil {
+		return nil, err
+	}
+	var out []queue.Info
+	err := q.view(func(tx *bolt.Tx) error {
+		var err error
+		out, err = listDead(tx, after, n, nanos(q.o.Now()))
+		return err
+	})
+	return out, err
 }
 
 // view runs a read transaction unless the queue is closed.

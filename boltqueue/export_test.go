@@ -1,5 +1,7 @@
 package boltqueue
 
+import "context"
+
 // SetCrashHook sets the function called at the named crash points
 // ("enqueue-synced", "lease-committed", "mid-commit",
 // "answered-before-commit"); the crash tests' child process kills itself
@@ -11,4 +13,9 @@ func SetCrashHook(f func(point string)) { crashHook = f }
 func AckBeforeCommit(o Options) Options {
 	o.ackBeforeCommit = true
 	return o
+}
+
+// Purge runs the janitor's purge once, now, in a commit of its own.
+func Purge(q *Queue) error {
+	return q.submit(context.Background(), &op{apply: func(w *writer) error { return w.purge(purgeBatch) }})
 }

@@ -9,23 +9,34 @@ import (
 	"github.com/sluicehq/sluice/queue"
 )
 
-// get reads one task as it stands at now: a scheduled task whose time has
-// come is queued, a lease that has ended is queued (from its end).
+// get reads one task as it stands at now; see infoOf.
 func get(tx *bolt.Tx, idText string, now int64) (queue.Info, error) {
 	id, ok := parseID(idText)
 	if !ok {
 		return queue.Info{}, fmt.Errorf("%w: %q is not a task ID of this queue", queue.ErrNotFound, idText)
 	}
-	b := tx.Bucket(bTasks).Get(id)
-	if b == nil {
-		return queue.Info{}, fmt.Errorf("%w: %s", queue.ErrNotFound, idText)
-	}
-	r, err := decodeRecord(b)
+	r, err := readRecord(tx, id)
 	if err != nil {
 		return queue.Info{}, fmt.Errorf("boltqueue: task %s: %w", idText, err)
 	}
+	return infoOf(tx, id, r, now), nil
+}
+
+// readRecord reads the record of task id, or says queue.ErrNotFound.
+func readRecord(tx *bolt.Tx, id []byte) (record, error) {
+	b := tx.Bucket(bTasks).Get(id)
+	if b == nil {
+		return record{}, queue.ErrNotFound
+	}
+	return decodeRecord(b)
+}
+
+// infoOf is what Get says of task id, whose record is r, at now: a
+// scheduled task whose time has come is queued, a lease that has ended is
+// queued (from its end).
+func infoOf(tx *bolt.Tx, id []byte, r record, now int64) queue.Info {
 	info := queue.Info{
-		ID: idText, Key: r.key, State: r.state, Priority: int(r.priority), Cost: r.cost,
+		ID: formatID(id), Key: r.key, State: r.state, Priority: int(r.priority), Cost: r.cost,
 		Attempts: int(r.attempts), MaxAttempts: int(r.maxAttempts),
 		Enqueued: instant(r.enqueued), ReadyAt: instant(r.readyAt), Deadline: instant(r.deadline),
 		Finished: instant(r.finished), Outcome: r.outcome,
@@ -40,7 +51,7 @@ func get(tx *bolt.Tx, idText string, now int64) (queue.Info, error) {
 	case r.state == queue.Scheduled && r.readyAt <= now:
 		info.State = queue.Queued
 	}
-	return info, nil
+	return info
 }
 
 // stats reads the counts at now: scheduled tasks whose time has come and

@@ -23,16 +23,22 @@ type record struct {
 	readyAt     int64
 	deadline    int64
 	until       int64 // the current lease's end (state leased)
-	finished    int64
-	token       uint64 // the current lease's token (0 = none)
-	key         string
-	outcome     string
+	finished    int64 // when it succeeded, died or was cancelled (0 while it is not finished)
+	// died is the instant of the death it was last revived from (0: never
+	// revived): a revived task keeps its place in the order of deaths, as
+	// a ListDead cursor. While it is dead, its place is finished.
+	died    int64
+	token   uint64 // the current lease's token (0 = none)
+	key     string
+	outcome string
 }
 
 const recordVersion = 1
 
 // fixed is the size of a record's fixed part: version, state, priority,
-// cost, attempts, max attempts, six instants, token.
+// cost, attempts, max attempts, six instants, token. The sixth instant,
+// died, was reserved (always zero) before Revive: records written before
+// it read as never revived, and a version before it ignores the field.
 const fixed = 1 + 1 + 1 + 8 + 4 + 4 + 6*8 + 8
 
 var errCorrupt = errors.New("boltqueue: corrupt record")
@@ -43,10 +49,9 @@ func (r *record) encode() []byte {
 	binary.BigEndian.PutUint64(b[3:], math.Float64bits(r.cost))
 	binary.BigEndian.PutUint32(b[11:], r.attempts)
 	binary.BigEndian.PutUint32(b[15:], r.maxAttempts)
-	for i, t := range [...]int64{r.enqueued, r.readyAt, r.deadline, r.until, r.finished} {
+	for i, t := range [...]int64{r.enqueued, r.readyAt, r.deadline, r.until, r.finished, r.died} {
 		binary.BigEndian.PutUint64(b[19+8*i:], uint64(t))
 	}
-	// b[59:67] is reserved (zero) for a sixth instant.
 	binary.BigEndian.PutUint64(b[67:], r.token)
 	b = binary.AppendUvarint(b, uint64(len(r.key)))
 	b = append(b, r.key...)
@@ -69,7 +74,7 @@ func decodeRecord(b []byte) (record, error) {
 	}
 	r.attempts = binary.BigEndian.Uint32(b[11:])
 	r.maxAttempts = binary.BigEndian.Uint32(b[15:])
-	ts := [...]*int64{&r.enqueued, &r.readyAt, &r.deadline, &r.until, &r.finished}
+	ts := [...]*int64{&r.enqueued, &r.readyAt, &r.deadline, &r.until, &r.finished, &r.died}
 	for i, t := range ts {
 		*t = int64(binary.BigEndian.Uint64(b[19+8*i:]))
 	}

@@ -13,8 +13,10 @@ import (
 // Verify checks the queue file at path, which no process may have open:
 // bbolt's own consistency check (every page reachable once, no page both
 // used and free), then the queue's (every index entry names a task in the
-// state the index says, and the counts match the indexes). It returns
-// every problem found, joined, or nil.
+// state the index says, every dead task has its entry in the dead index,
+// and the counts match the indexes). It returns every problem found,
+// joined, or nil. The dead index of a file last written by a boltqueue
+// without it is not checked: it is not kept there, and Open builds it.
 func Verify(path string) error {
 	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
 	if err != nil {
@@ -63,6 +65,18 @@ func verifyIndexes(tx *bolt.Tx) []error {
 		}
 	}
 	var n counts
+	var dead int64
+	deadKept := deadIndexCurrent(tx, tx.ID())
+	if deadKept {
+		_ = tx.Bucket(bDead).ForEach(func(k, _ []byte) error {
+			dead++
+			check("dead", k[8:], queue.Dead)
+			if r, err := readRecord(tx, k[8:]); err == nil && r.state == queue.Dead && r.finished != keyTime(k) {
+				problems = append(problems, fmt.Errorf("dead index names task %x as dead at %d, but it died at %d", k[8:], keyTime(k), r.finished))
+			}
+			return nil
+		})
+	}
 	_ = tx.Bucket(bReady).ForEach(func(k, _ []byte) error {
 		n.ready++
 		check("ready", k[9:], queue.Queued)
@@ -91,6 +105,9 @@ func verifyIndexes(tx *bolt.Tx) []error {
 	})
 	if c := loadCounts(tx); c != n {
 		problems = append(problems, fmt.Errorf("the counts say %+v, the indexes hold %+v", c, n))
+	}
+	if deadKept && dead != n.dead {
+		problems = append(problems, fmt.Errorf("the dead index holds %d entries for %d dead tasks", dead, n.dead))
 	}
 	return problems
 }

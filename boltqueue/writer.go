@@ -55,11 +55,11 @@ func (c *counts) finishedCount(s queue.State) *int64 {
 // before writing anything, or write and return nil (or a bbolt error,
 // which fails the commit).
 type writer struct {
-	tx                                                           *bolt.Tx
-	now                                                          int64
-	o                                                            Options
-	c                                                            counts
-	tasks, payloads, results, ready, sched, leases, keys, expiry *bolt.Bucket
+	tx                                                                 *bolt.Tx
+	now                                                                int64
+	o                                                                  Options
+	c                                                                  counts
+	tasks, payloads, results, ready, sched, leases, keys, expiry, dead *bolt.Bucket
 }
 
 func newWriter(tx *bolt.Tx, now time.Time, o Options) *writer {
@@ -67,11 +67,19 @@ func newWriter(tx *bolt.Tx, now time.Time, o Options) *writer {
 		tx: tx, now: nanos(now), o: o, c: loadCounts(tx),
 		tasks: tx.Bucket(bTasks), payloads: tx.Bucket(bPayloads), results: tx.Bucket(bResults),
 		ready: tx.Bucket(bReady), sched: tx.Bucket(bSchedule), leases: tx.Bucket(bLeases),
-		keys: tx.Bucket(bKeys), expiry: tx.Bucket(bExpiry),
+		keys: tx.Bucket(bKeys), expiry: tx.Bucket(bExpiry), dead: tx.Bucket(bDead),
 	}
 }
 
-func (w *writer) saveCounts() { _ = w.tx.Bucket(bMeta).Put(countsKey, w.c.encode()) }
+// saveMeta writes the counts and marks the dead index as kept by this
+// commit (see deadIndexCurrent). Every commit calls it last.
+func (w *writer) saveMeta() error {
+	meta := w.tx.Bucket(bMeta)
+	if err := meta.Put(countsKey, w.c.encode()); err != nil {
+		return err
+	}
+	return markDeadIndex(w.tx)
+}
 
 // A key's row: task ID (8), enqueue instant (8), payload digest (32).
 const keyRowSize = 8 + 8 + sha256.Size
@@ -208,14 +216,23 @@ func (w *writer) finish(id []byte, r *record, s queue.State, outcome string) err
 		r.outcome = queue.Reason(outcome)
 	}
 	(*w.c.finishedCount(s))++
-	keep := w.o.Retention
 	if s == queue.Dead {
-		keep = w.o.DeadRetention
+		if err := w.dead.Put(timeKey(w.now, id), nil); err != nil {
+			return err
+		}
 	}
-	if err := w.expiry.Put(expiryKey(w.now+int64(keep), id, expireTask), nil); err != nil {
+	if err := w.expiry.Put(expiryKey(w.now+int64(w.retention(s)), id, expireTask), nil); err != nil {
 		return err
 	}
 	return w.tasks.Put(id, r.encode())
+}
+
+// retention is how long a task finished in state s is kept.
+func (w *writer) retention(s queue.State) time.Duration {
+	if s == queue.Dead {
+		return w.o.DeadRetention
+	}
+	return w.o.Retention
 }
 
 func (w *writer) load(id []byte) (record, error) {
@@ -464,9 +481,23 @@ func (w *writer) purge(limit int) error {
 		case expireTask:
 			r, err := w.load(id)
 			if err != nil || !r.state.Finished() {
+				continue // purged already, or revived since
+			}
+			if due := r.finished + int64(w.retention(r.state)); due > w.now {
+				// The entry of an earlier life (the task was revived and
+				// finished again), or of a shorter retention than the
+				// queue's now: the task is kept until its own.
+				if err := w.expiry.Put(expiryKey(due, id, expireTask), nil); err != nil {
+					return err
+				}
 				continue
 			}
 			(*w.c.finishedCount(r.state))--
+			if r.state == queue.Dead {
+				if err := w.dead.Delete(timeKey(r.finished, id)); err != nil {
+					return err
+				}
+			}
 			for _, b := range []*bolt.Bucket{w.tasks, w.payloads, w.results} {
 				if err := b.Delete(id); err != nil {
 					return err

@@ -2,6 +2,7 @@ package jsqueue_test
 
 import (
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -75,6 +76,54 @@ func BenchmarkStats(b *testing.B) {
 				s, err := q.Stats(b.Context())
 				if err != nil || s.Depth != int64(n) {
 					b.Fatalf("Stats = %+v, %v", s, err)
+				}
+			}
+		})
+	}
+}
+
+// A page of 100 dead tasks from the middle of the dead: its cost does not
+// grow with their number (the dead-letter stream is read from the
+// cursor's sequence).
+func BenchmarkListDead(b *testing.B) {
+	for _, dead := range []int{500, 5000} {
+		b.Run(fmt.Sprintf("dead=%d", dead), func(b *testing.B) {
+			q := open(b, jsqueue.Options{URL: serverURL(b), Timeout: 30 * time.Second})
+			batch := make([]queue.Task, 500)
+			for i := range batch {
+				batch[i].Payload = make([]byte, 100)
+			}
+			for range dead / 500 {
+				if _, err := q.Enqueue(b.Context(), batch...); err != nil {
+					b.Fatal(err)
+				}
+				ls, err := q.Lease(b.Context(), 500, time.Hour)
+				if err != nil {
+					b.Fatal(err)
+				}
+				var wg sync.WaitGroup
+				sem := make(chan struct{}, 32)
+				for _, l := range ls {
+					sem <- struct{}{}
+					wg.Go(func() {
+						defer func() { <-sem }()
+						if err := q.DeadLetter(b.Context(), l.Receipt, "400 Bad Request"); err != nil {
+							b.Error(err)
+						}
+					})
+				}
+				wg.Wait()
+			}
+			half, err := q.ListDead(b.Context(), "", dead/2)
+			if err != nil {
+				b.Fatal(err)
+			}
+			after := half[len(half)-1].ID
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				if page, err := q.ListDead(b.Context(), after, 100); err != nil || len(page) != 100 {
+					b.Fatalf("ListDead = %d tasks, %v", len(page), err)
 				}
 			}
 		})

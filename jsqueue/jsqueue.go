@@ -12,7 +12,8 @@
 //     NUID (22 letters and digits); it is also the message's Nats-Msg-Id,
 //     so a publish re-sent after a reconnect is stored once (the stream's
 //     Duplicates window is the dedup window, at most 2 minutes: a task's
-//     ID is never published again after Enqueue returns).
+//     ID is never published again after Enqueue returns; a revived task's
+//     message is published under <id>-<its dead letter's sequence>).
 //   - in each tasks stream, one durable pull consumer "lease" with no
 //     subject filter, explicit ack, AckWait Options.AckWait, MaxDeliver
 //     unlimited and MaxAckPending unlimited. (A stream per priority, not
@@ -31,8 +32,10 @@
 //     idempotency key (named by the key's SHA-256), holding the task's ID
 //     and its payload's SHA-256.
 //   - the dead-letter stream N_dead_letters (limits retention, max age
-//     DeadRetention): a dead task's payload on N.dead.<id>, with its
-//     reason in the header Sluice-Reason, for inspection and replay.
+//     DeadRetention, one message per subject): a dead task's payload on
+//     N.dead.<id>, with its reason in the header Sluice-Reason and the
+//     instant of its death in Sluice-Died. Its sequence is the order of
+//     deaths ListDead pages through.
 //
 // # Enqueue
 //
@@ -95,6 +98,38 @@
 // a delivery too. Attempts are counted in the record when a lease is
 // handed out and given back by a throttled Retry.
 //
+// # Dead letters
+//
+// ListDead reads the dead-letter stream in sequence order from the
+// cursor's place, with an ephemeral consumer (created and deleted by the
+// call; the server removes it after 2×Timeout if the delete is lost), and
+// for each letter the task's record in N_dead: n letters and n record
+// reads (32 at a time) for a page of n, whatever the number of dead
+// tasks. The cursor, a task's ID, maps to a sequence of the stream: its
+// dead letter's (the last on N.dead.<id>), or, for a task revived since,
+// the one its live record keeps (dead_seq). A letter is listed while its
+// task's record in N_dead is the death it records (Sluice-Died); one
+// whose task was revived or whose record expired is skipped. The order
+// is the order the letters were stored, which is the order of deaths up
+// to deaths in different processes within the same few milliseconds.
+//
+// Revive reads the task's record in N_dead (revision R) and its dead
+// letter (payload, sequence S), then creates its live record in N_status
+// with KV Create — waiting, attempts 0, ready at the instant given, with
+// dead_seq S, dead_rev R and a reviving mark. That Create is the commit:
+// of two concurrent Revives only one creates the record, and the other
+// reads it and fails with [queue.ErrNotDead]. Then it removes the dead
+// record (a purge of its subject up to revision R, so never the record of
+// a later death), publishes the task's message (message ID <id>-S), deletes
+// the dead letter and clears the mark with a revision-checked update.
+// These steps are logged, not returned, when they fail: the task is
+// revived. A process that dies after the commit leaves the mark: Stats
+// (as for a finished record left in N_status) finishes, after 10 s, the
+// steps not done — it publishes the message from the dead letter if the
+// task has none. Until then the task is counted ready by Stats and may
+// also be counted and listed dead; it is delivered once its message is
+// published.
+//
 // # Order
 //
 // Lease takes the priorities from 9 down to 0. Within a priority the
@@ -125,10 +160,11 @@
 // request.
 // Succeeded, Dead and Cancelled are the number of records in each
 // finished bucket (stream info, one request each): exact within the
-// retention. A task whose final update was written by a process that
-// died before it moved the record is counted as finished by neither
-// until a Stats call finds it in N_status (after 10 s) and finishes the
-// move.
+// retention (Revive purges the dead record, leaving no marker to count).
+// A task whose final update was written by a process that died before it
+// moved the record is counted as finished by neither until a Stats call
+// finds it in N_status (after 10 s) and finishes the move; Stats finishes
+// a revival left half done the same way (see Dead letters).
 //
 // # Durability
 //
@@ -317,6 +353,7 @@ type Queue struct {
 	consumers  [queue.MaxPriority + 1]jetstream.Consumer
 	status     jetstream.KeyValue
 	statusLog  jetstream.Stream // the status bucket's stream, to remove a record whole
+	deadLog    jetstream.Stream // the dead bucket's stream, to remove a revived task's record whole
 	keys       jetstream.KeyValue
 	// finished holds the buckets of the final states, by record state.
 	finished map[string]jetstream.KeyValue
@@ -418,6 +455,9 @@ func (q *Queue) open(ctx context.Context) error {
 		Replicas:    o.Replicas,
 		MaxAge:      o.DeadRetention,
 		Duplicates:  min(publishDedup, o.DeadRetention),
+		// A task's latest death replaces the letter of an earlier one
+		// that a revival left behind.
+		MaxMsgsPerSubject: 1,
 	})
 	if err != nil {
 		return fmt.Errorf("jsqueue: open: the dead-letter stream: %w", err)
@@ -469,6 +509,9 @@ func (q *Queue) open(ctx context.Context) error {
 		if q.finished[f.state], err = bucket(f.state, f.state+" tasks' records", f.ttl); err != nil {
 			return err
 		}
+	}
+	if q.deadLog, err = q.js.Stream(ctx, "KV_"+o.Name+"_"+stDead); err != nil {
+		return fmt.Errorf("jsqueue: open: the dead bucket's stream: %w", err)
 	}
 	q.log.Info("jsqueue: open", "name", o.Name, "server", q.nc.ConnectedUrlRedacted(), "version", version,
 		"replicas", o.Replicas, "max_payload", o.MaxPayload, "durability", q.durability)
@@ -572,6 +615,10 @@ func (q *Queue) taskSubject(priority int, id string) string {
 func (q *Queue) deadSubject(id string) string { return q.o.Name + ".dead." + id }
 
 func (q *Queue) statusSubject(id string) string { return "$KV." + q.o.Name + "_status." + id }
+
+func (q *Queue) deadRecordSubject(id string) string {
+	return "$KV." + q.o.Name + "_" + stDead + "." + id
+}
 
 // validID reports whether id can be a task's ID: one subject token and
 // one KV key, letters and digits.

@@ -89,15 +89,18 @@ func (q *Queue) lookupFinished(ctx context.Context, id string) (record, uint64, 
 	return record{}, 0, fmt.Errorf("task %s: %w", id, queue.ErrNotFound)
 }
 
-// leftover is a finished record still in the status bucket.
+// leftover is a record in the status bucket that a process that died
+// left for Stats to finish: a finished task's (its move to the bucket of
+// its state), or a revived task's (its setup, see completeRevival).
 type leftover struct {
 	id   string
 	r    record
+	rev  uint64
 	data []byte
 }
 
 // scan reads every record of the status bucket into s's live counts, and
-// returns the finished records older than stale found there.
+// returns the leftovers older than stale found there.
 func (q *Queue) scan(ctx context.Context, s *queue.Stats) ([]leftover, error) {
 	now := time.Now()
 	oldest := now
@@ -133,8 +136,11 @@ func (q *Queue) scan(ctx context.Context, s *queue.Stats) ([]leftover, error) {
 			s.Leased++
 		default:
 			if now.Sub(r.Finished) > stale {
-				left = append(left, leftover{e.Key(), r, e.Value()})
+				left = append(left, leftover{e.Key(), r, e.Revision(), e.Value()})
 			}
+		}
+		if !r.finished() && !r.Reviving.IsZero() && now.Sub(r.Reviving) > stale {
+			left = append(left, leftover{e.Key(), r, e.Revision(), e.Value()})
 		}
 	}
 	if err := ctx.Err(); err != nil {
@@ -181,10 +187,14 @@ func (q *Queue) Stats(ctx context.Context) (queue.Stats, error) {
 		return queue.Stats{}, err
 	}
 	if len(left) > 0 {
-		// Records a process that died left behind: finish their moves,
-		// then count the finished tasks again.
+		// Records a process that died left behind: finish their moves
+		// and revivals, then count the finished tasks again.
 		for _, l := range left {
-			q.settle(ctx, l.id, l.r, l.data, nil, false)
+			if l.r.finished() {
+				q.settle(ctx, l.id, l.r, l.data, nil, false)
+			} else {
+				q.finishRevival(ctx, l.id, l.rev, l.r)
+			}
 		}
 		if err := q.countFinished(ctx, &fin); err != nil {
 			return queue.Stats{}, err

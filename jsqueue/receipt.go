@@ -299,8 +299,13 @@ func (q *Queue) publishDead(ctx context.Context, id string, r record, payload []
 		}
 		payload = m.Data
 	}
+	died := strconv.FormatInt(r.Finished.UnixNano(), 10)
 	m := &nats.Msg{Subject: q.deadSubject(id), Data: payload, Header: nats.Header{}}
 	m.Header.Set(hdrReason, r.Outcome)
-	_, err := q.js.PublishMsg(ctx, m, jetstream.WithMsgID(id))
+	m.Header.Set(hdrDied, died)
+	// One message ID per death: settle done again stores it once, and a
+	// revived task that dies again within the duplicates window has its
+	// new letter.
+	_, err := q.js.PublishMsg(ctx, m, jetstream.WithMsgID(id+"-"+died))
 	return err
 }

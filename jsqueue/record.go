@@ -48,6 +48,19 @@ type record struct {
 	Finished time.Time `json:"finished,omitzero"`
 	Outcome  string    `json:"outcome,omitempty"`
 	Result   []byte    `json:"result,omitempty"`
+	// DeadSeq is the sequence, in the dead-letter stream, of the letter
+	// of the death the task was last revived from (0: never revived): a
+	// revived task keeps its place in the order of deaths, as a ListDead
+	// cursor.
+	DeadSeq uint64 `json:"dead_seq,omitempty"`
+	// DeadRev is the revision, in the dead bucket, of the record of that
+	// death, which the revival removes (up to that revision: never the
+	// record of a later death).
+	DeadRev uint64 `json:"dead_rev,omitempty"`
+	// Reviving is when Revive wrote this record, until it has removed the
+	// dead record, published the task's message and deleted the dead
+	// letter (zero then): Stats finishes a revival left half done.
+	Reviving time.Time `json:"reviving,omitzero"`
 }
 
 // encode fails only on an instant JSON cannot write (a year past 9999).

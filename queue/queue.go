@@ -10,7 +10,9 @@
 // ([Queue.Retry]), dead-lettered with a reason ([Queue.DeadLetter]) or
 // cancelled ([Queue.Cancel]). Delivery is at-least-once: a lease that
 // expires returns its task to the queue, and the expired holder's
-// acknowledgement is refused with [ErrLeaseLost].
+// acknowledgement is refused with [ErrLeaseLost]. Dead tasks are listed
+// in the order they died ([Queue.ListDead]) and can be brought back for
+// a new life ([Queue.Revive]).
 //
 // The backends are [github.com/sluicehq/sluice/boltqueue] (one bbolt file,
 // the embedded default) and [github.com/sluicehq/sluice/jsqueue] (NATS
@@ -25,6 +27,7 @@
 //	                                                                   ├─Ack──────▶ succeeded
 //	                                                                   └─DeadLetter▶ dead
 //	queued, scheduled, leased ──Cancel──▶ cancelled
+//	dead ──Revive(at)──▶ scheduled or queued (a new life: attempts from zero)
 //
 // A task is *ready* when it is queued (its not-before has passed). Lease
 // hands out ready tasks by priority (higher first), then by the instant
@@ -36,6 +39,20 @@
 // never exhausts a task. A task leased for the last of its attempts whose
 // lease then expires is dead-lettered with [ReasonAttempts] when Lease next
 // reaches it.
+//
+// # Dead letters
+//
+// A dead task keeps its payload, its reason (Info.Outcome) and its place
+// in the order of deaths for the dead retention ([DefaultDeadRetention]
+// unless the backend is configured otherwise); after that it may
+// disappear. [Queue.ListDead] pages through the dead tasks, oldest death
+// first, with the ID of the last task of a page as the cursor of the next.
+// [Queue.Revive] gives a dead task a new life under the same ID: its key,
+// payload, cost, priority, max attempts and deadline are kept, its
+// attempts count from zero again, and it is ready at the instant given.
+// To replay every dead task, page from "" and revive each task of a page
+// before asking for the next: a revived task keeps its place as a cursor,
+// and a task Revive refused (its deadline passed) is not met again.
 package queue
 
 import (
@@ -94,6 +111,37 @@ type Queue interface {
 	// again.
 	DeadLetter(ctx context.Context, r Receipt, reason string) error
 
+	// ListDead returns up to n dead tasks, oldest death first, starting
+	// after the task whose ID is after ("" for the oldest). Each Info is
+	// the task as Get shows it: State Dead, Outcome the reason it died,
+	// Finished the instant, Payload its payload. n must be from 1 to
+	// [MaxList]. Its cost is O(n): backends keep the dead in the order of
+	// deaths and read from the cursor's place, never the whole queue.
+	// Fewer than n tasks (none at the end) means no more are dead now.
+	//
+	// after is the ID of a task an earlier ListDead returned: the page
+	// starts after that task's place in the order of deaths, which it
+	// keeps when it is revived (its latest death's place, if it died
+	// again). It fails with [ErrNotFound] for an ID the queue does not
+	// know (or has forgotten after its retention) and [ErrInvalid] for a
+	// task that was never dead.
+	ListDead(ctx context.Context, after string, n int) ([]Info, error)
+
+	// Revive gives a dead task a new life: it becomes scheduled until at,
+	// then queued (at once when at is zero or past), with its attempts
+	// counted from zero, its lease gone, and its ID, key, payload, cost,
+	// priority, max attempts, deadline and last outcome kept. It is
+	// atomic: a task revived by two calls at once is revived once, and
+	// the other call fails with [ErrNotDead].
+	//
+	// It fails with [ErrNotFound] for an unknown ID (or one forgotten
+	// after its retention), [ErrNotDead] for a task that is not dead
+	// (queued, scheduled, leased, succeeded, cancelled, or revived
+	// already), [ErrDeadlinePassed] when the task's deadline has passed
+	// (enqueue its payload again as a new task instead), and [ErrInvalid]
+	// when at is not before the task's deadline; it then changes nothing.
+	Revive(ctx context.Context, id string, at time.Time) error
+
 	// Cancel records a task that is queued, scheduled or leased as
 	// cancelled (a current lease is lost: its holder's Ack is refused). It
 	// fails with [ErrNotFound] for an unknown ID and [ErrFinished] for a
@@ -116,6 +164,8 @@ type Queue interface {
 const (
 	// MaxLease is the most tasks one Lease hands out.
 	MaxLease = 10000
+	// MaxList is the most tasks one ListDead returns.
+	MaxList = 10000
 	// MaxPriority is the highest priority; priorities run from 0 (the
 	// default) to MaxPriority, and higher ones are leased first.
 	MaxPriority = 9
@@ -266,7 +316,8 @@ type Info struct {
 	Deadline time.Time
 	// LeasedUntil is when the current lease expires (zero unless Leased).
 	LeasedUntil time.Time
-	// Finished is when the task succeeded, died or was cancelled.
+	// Finished is when the task succeeded, died or was cancelled (zero
+	// while it is not finished, as after Revive).
 	Finished time.Time
 	// Outcome is the last reason given: a retry's, the dead letter's, or
 	// "cancelled".
@@ -306,6 +357,14 @@ var (
 	ErrLeaseLost = errors.New("queue: the lease is not current (expired, cancelled, or leased again)")
 	// ErrFinished: the task already succeeded, died or was cancelled.
 	ErrFinished = errors.New("queue: the task is finished")
+	// ErrNotDead: Revive was asked for a task that is not dead — it is
+	// waiting, leased, succeeded, cancelled, or was revived already (by
+	// an earlier or a concurrent call).
+	ErrNotDead = errors.New("queue: the task is not dead")
+	// ErrDeadlinePassed: Revive was asked for a dead task whose deadline
+	// has passed; a new life would only die of it again. The task stays
+	// dead.
+	ErrDeadlinePassed = errors.New("queue: the task's deadline has passed")
 	// ErrKeyConflict: a task with the same Key and another payload is
 	// stored within the dedup window.
 	ErrKeyConflict = errors.New("queue: the key is held by a task with another payload")
@@ -375,6 +434,36 @@ func CheckLease(n int, visibility time.Duration) error {
 		return fmt.Errorf("%w: lease size %d: must be from 1 to %d", ErrInvalid, n, MaxLease)
 	}
 	return CheckVisibility(visibility)
+}
+
+// CheckList validates ListDead's page size.
+func CheckList(n int) error {
+	if n < 1 || n > MaxList {
+		return fmt.Errorf("%w: page size %d: must be from 1 to %d", ErrInvalid, n, MaxList)
+	}
+	return nil
+}
+
+// CheckRevive decides whether a dead task whose deadline is deadline
+// (zero: none) may be revived at now to be ready at at (zero or past:
+// now). It returns the instant the task is ready, or an error wrapping
+// ErrDeadlinePassed (the deadline is not after now) or ErrInvalid (at is
+// not before the deadline) that names the task id and the instants.
+// Backends call it on the task as stored, in the change that revives it.
+func CheckRevive(id string, deadline, now, at time.Time) (time.Time, error) {
+	if at.Before(now) {
+		at = now
+	}
+	switch {
+	case deadline.IsZero():
+	case !deadline.After(now):
+		return time.Time{}, fmt.Errorf("%w: task %s: its deadline %s is not after now (%s)",
+			ErrDeadlinePassed, id, deadline.Format(time.RFC3339Nano), now.Format(time.RFC3339Nano))
+	case !at.Before(deadline):
+		return time.Time{}, fmt.Errorf("%w: revive task %s at %s: not before its deadline %s",
+			ErrInvalid, id, at.Format(time.RFC3339Nano), deadline.Format(time.RFC3339Nano))
+	}
+	return at, nil
 }
 
 // CheckVisibility validates a lease's duration.

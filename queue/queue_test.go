@@ -63,3 +63,46 @@ func ExampleCheck() {
 	// queue: task 2: priority: 12: must be from 0 to 9
 	// true
 }
+
+func TestCheckList(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		n  int
+		ok bool
+	}{{1, true}, {queue.MaxList, true}, {0, false}, {-1, false}, {queue.MaxList + 1, false}} {
+		if err := queue.CheckList(c.n); (err == nil) != c.ok || err != nil && !errors.Is(err, queue.ErrInvalid) {
+			t.Errorf("CheckList(%d) = %v, want ok %v (else ErrInvalid)", c.n, err, c.ok)
+		}
+	}
+}
+
+func TestCheckRevive(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	for _, c := range []struct {
+		name          string
+		deadline, at  time.Time
+		wantReady     time.Time
+		wantErr       error
+		wantErrSaying string
+	}{
+		{"no deadline, now", time.Time{}, time.Time{}, t0, nil, ""},
+		{"no deadline, later", time.Time{}, at(time.Hour), at(time.Hour), nil, ""},
+		{"no deadline, in the past", time.Time{}, at(-time.Hour), t0, nil, ""},
+		{"before the deadline", at(time.Hour), at(time.Minute), at(time.Minute), nil, ""},
+		{"now, deadline ahead", at(time.Nanosecond), time.Time{}, t0, nil, ""},
+		{"deadline now", t0, time.Time{}, time.Time{}, queue.ErrDeadlinePassed, "deadline 2026-01-01T00:00:00Z is not after now"},
+		{"deadline past", at(-time.Second), at(time.Hour), time.Time{}, queue.ErrDeadlinePassed, "deadline"},
+		{"ready at the deadline", at(time.Hour), at(time.Hour), time.Time{}, queue.ErrInvalid, "not before its deadline"},
+		{"ready after the deadline", at(time.Hour), at(2 * time.Hour), time.Time{}, queue.ErrInvalid, "not before its deadline"},
+	} {
+		got, err := queue.CheckRevive("t1", c.deadline, t0, c.at)
+		switch {
+		case c.wantErr == nil && (err != nil || !got.Equal(c.wantReady)):
+			t.Errorf("%s: CheckRevive = %v, %v; want %v", c.name, got, err, c.wantReady)
+		case c.wantErr != nil && (!errors.Is(err, c.wantErr) || !strings.Contains(err.Error(), c.wantErrSaying) || !strings.Contains(err.Error(), "t1")):
+			t.Errorf("%s: CheckRevive = %v, want %v saying %q and naming the task", c.name, err, c.wantErr, c.wantErrSaying)
+		}
+	}
+}

@@ -42,6 +42,15 @@ func Run(t *testing.T, b Backend) {
 		{"DeadLetter", testDeadLetter},
 		{"Deadline", testDeadline},
 		{"Cancel", testCancel},
+		{"ListDead", testListDead},
+		{"ListDeadArguments", testListDeadArguments},
+		{"Revive", testRevive},
+		{"ReviveRefused", testReviveRefused},
+		{"ReviveConcurrent", testReviveConcurrent},
+		{"ReviveDeadline", testReviveDeadline},
+		{"ReviveStats", testReviveStats},
+		{"ReplayAllByPages", testReplayAllByPages},
+		{"DeadRestart", testDeadRestart},
 		{"Result", testResult},
 		{"Stats", testStats},
 		{"LeaseArguments", testLeaseArguments},
@@ -696,6 +705,12 @@ func testClosed(t *testing.T, e *env) {
 	}
 	if _, err := e.q.Stats(e.ctx); !errors.Is(err, queue.ErrClosed) {
 		t.Errorf("Stats after Close = %v, want ErrClosed", err)
+	}
+	if _, err := e.q.ListDead(e.ctx, "", 1); !errors.Is(err, queue.ErrClosed) {
+		t.Errorf("ListDead after Close = %v, want ErrClosed", err)
+	}
+	if err := e.q.Revive(e.ctx, id, time.Time{}); !errors.Is(err, queue.ErrClosed) {
+		t.Errorf("Revive after Close = %v, want ErrClosed", err)
 	}
 }
 
