@@ -8,12 +8,12 @@ FUZZ_PKGS ?= ./...
 # addresses, configuration files, a Redis server's replies, the queue file's records, the
 # origins and URLs tasks may be sent to), fuzzed in CI
 # 50 s each.
-EDGE_PKGS := ./clientip ./ratelimitheader ./httplimit ./grpclimit ./gateway ./gateway/config ./rls ./pace ./redisstore ./boltqueue ./egress
+EDGE_PKGS := ./clientip ./ratelimitheader ./httplimit ./grpclimit ./gateway ./gateway/config ./rls ./pace ./redisstore ./boltqueue ./egress ./relay/config ./relay/httpapi
 BENCHTIME ?= 1s
 COUNT     ?= 6
 OUT       := bench/out
 
-.PHONY: test lint fuzz fuzz-edge bench bench-memory bench-redis bench-http bench-gateway bench-rls bench-pace bench-queue sim fault soak bench-queue-memory help
+.PHONY: test lint fuzz fuzz-edge bench bench-memory bench-redis bench-http bench-gateway bench-rls bench-pace bench-queue sim fault soak bench-queue-memory bench-relay-memory help
 
 help:
 	@echo "make test          the tests, with -race and -shuffle (the README's test command)"
@@ -30,6 +30,7 @@ help:
 	@echo "make bench-queue   durable queues side by side: River, asynq, JetStream, raw bbolt, sluice's queues (DURATION, ROUNDS; IMPL, SCENARIO lists)"
 	@echo "make sim           the client against sluice's own middleware, 5×L offered, on a simulated clock: the figures of docs/BENCHMARKS.md"
 	@echo "make bench-queue-memory  RSS of a consumer with 1e6 tasks queued against 1e3 (boltqueue)"
+	@echo "make bench-relay-memory  RSS of a relay draining 1e6 queued tasks against 1e3"
 	@echo "make soak          the queue's kill -9 harness, 1000 trials (CI runs 100 in make test)"
 	@echo "make fault         the Redis outage run with the issue's bounds (timeout + 10 ms)"
 
@@ -37,7 +38,7 @@ test:
 	$(GO) test -race -shuffle=on -count=1 ./...
 	# The allocation tests again without -race (the race detector allocates),
 	# and the pace figures whose 500/s rows -race makes too slow to run.
-	$(GO) test -count=1 -run 'Alloc|TestSimulationMatrix' ./...
+	$(GO) test -count=1 -run 'Alloc|TestSimulationMatrix|TestEndToEnd|TestSharedTarget' ./...
 	cd bench && $(GO) vet ./...
 
 lint:
@@ -129,6 +130,9 @@ sim:
 
 soak:
 	SLUICE_CRASH_TRIALS=1000 $(GO) test -count=1 -timeout 60m -run 'TestKill9$$' -v ./boltqueue | grep -E '^(--- |ok|FAIL)|crash_test'
+
+bench-relay-memory:
+	SLUICE_MEMORY=1 $(GO) test -count=1 -timeout 20m -run 'TestMemoryIndependentOfBacklog' -v ./relay | grep -E '^(--- |ok|FAIL)|memory_test'
 
 bench-queue-memory:
 	SLUICE_MEMORY=1 $(GO) test -count=1 -timeout 20m -run 'TestMemoryIndependentOfBacklog' -v ./boltqueue | grep -E '^(--- |ok|FAIL)|memory_test'

@@ -25,6 +25,8 @@ var adapters = []struct {
 	{"github.com/fsnotify/fsnotify", []string{"internal/filewatch"}},
 	{"go.etcd.io/bbolt", []string{"boltqueue"}},
 	{"github.com/nats-io/", []string{"jsqueue"}},
+	{"github.com/schollz/progressbar/", []string{"internal/cli"}},
+	{"github.com/chromedp/", []string{"relay/console"}},
 }
 
 // leanUsers says what a package taken alone must not compile: neither the
@@ -53,6 +55,12 @@ var leanUsers = []struct {
 	{"boltqueue", []string{"github.com/nats-io/", "github.com/redis/", "google.golang.org/grpc", "github.com/prometheus/"}},
 	// What the relay may send to: the standard library alone.
 	{"egress", []string{"go.etcd.io/bbolt", "github.com/nats-io/", "github.com/redis/", "google.golang.org/grpc", "github.com/prometheus/"}},
+	// The relay and its adapters compile no backend (they come in through
+	// Options.Open) and no Prometheus (the command registers the metrics).
+	{"relay", []string{"go.etcd.io/bbolt", "github.com/nats-io/", "github.com/redis/", "google.golang.org/grpc", "github.com/prometheus/"}},
+	{"relay/config", []string{"go.etcd.io/bbolt", "github.com/nats-io/", "github.com/redis/", "google.golang.org/grpc", "github.com/prometheus/"}},
+	{"relay/httpapi", []string{"go.etcd.io/bbolt", "github.com/nats-io/", "github.com/redis/", "google.golang.org/grpc", "github.com/prometheus/"}},
+	{"relay/console", []string{"go.etcd.io/bbolt", "github.com/nats-io/", "github.com/redis/", "google.golang.org/grpc", "github.com/prometheus/", "github.com/chromedp/"}},
 	// The in-process store.
 	{"memstore", []string{"google.golang.org/grpc", "github.com/redis/", "github.com/prometheus/", "github.com/envoyproxy/"}},
 }

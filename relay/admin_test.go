@@ -1,0 +1,184 @@
+package relay_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/queue"
+	"github.com/sluicehq/sluice/relay"
+)
+
+// TestDeadLettersAndReplay: a task the target refuses dies at once, is
+// listed with its reason, and a replay delivers it again.
+func TestDeadLettersAndReplay(t *testing.T) {
+	var accept atomic.Bool
+	tg := newTarget(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
+		if !accept.Load() {
+			w.WriteHeader(http.StatusUnprocessableEntity)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	})
+	r := start(t, oneTarget(tg.URL, nil))
+	ctx := context.Background()
+	got, err := r.Enqueue(ctx, "jobs", relay.Request{URL: "/a"}, relay.Request{URL: "/b"}, relay.Request{URL: "/c"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range got {
+		if info := waitFinished(t, r.Relay, a.ID, 5*time.Second); info.State != queue.Dead || info.Outcome != "422 Unprocessable Entity" {
+			t.Fatalf("%s: %s %q", a.ID, info.State, info.Outcome)
+		}
+	}
+	page, err := r.DeadLetters(ctx, "jobs", "", 2)
+	if err != nil || len(page) != 2 {
+		t.Fatalf("first page: %v %v", page, err)
+	}
+	rest, err := r.DeadLetters(ctx, "jobs", page[1].ID, 10)
+	if err != nil || len(rest) != 1 {
+		t.Fatalf("second page: %v %v", rest, err)
+	}
+	if _, err := r.DeadLetters(ctx, "jobs", "other.x", 10); !errors.Is(err, relay.ErrNotFound) && !errors.Is(err, relay.ErrInvalid) {
+		t.Fatalf("a cursor of another queue: %v", err)
+	}
+	accept.Store(true)
+	if err := r.Replay(ctx, page[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	if info := waitFinished(t, r.Relay, page[0].ID, 5*time.Second); info.State != queue.Succeeded || info.Attempts != 1 {
+		t.Fatalf("replayed: %s attempts %d", info.State, info.Attempts)
+	}
+	if err := r.Replay(ctx, page[0].ID); !errors.Is(err, relay.ErrConflict) {
+		t.Fatalf("replay of a task that is not dead: %v", err)
+	}
+	n, err := r.ReplayAll(ctx, "jobs")
+	if err != nil || n != 2 {
+		t.Fatalf("replay all: %d %v", n, err)
+	}
+	for _, a := range got {
+		if info := waitFinished(t, r.Relay, a.ID, 5*time.Second); info.State != queue.Succeeded {
+			t.Fatalf("%s after replay all: %s", a.ID, info.State)
+		}
+	}
+}
+
+// TestStateSurvivesRestart: a pause and limits set through the API are
+// kept across restarts; limits changed in the configuration win.
+func TestStateSurvivesRestart(t *testing.T) {
+	tg := newTarget(t, nil)
+	dir := t.TempDir()
+	o := oneTarget(tg.URL, func(tc *relay.Target) {
+		tc.Limits = []sluice.Limit{{Name: "per_second", Quota: 50, Window: time.Second}}
+	})
+	o.Open = boltOpener(dir)
+	o.StateFile = filepath.Join(dir, "state.json")
+	o.Logger = quietLog()
+	r, err := relay.New(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Pause("jobs"); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.SetLimits("api", []sluice.Limit{{Name: "per_second", Quota: 20, Window: time.Second}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.SetLimits("api", []sluice.Limit{{Name: "bad", Quota: -1, Window: time.Second}}); !errors.Is(err, relay.ErrInvalid) {
+		t.Fatalf("a bad limit: %v", err)
+	}
+	r.Close()
+
+	r, err = relay.New(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	limits, source, _ := r.Limits("api")
+	s, _ := r.Stats(context.Background(), "jobs")
+	if !s.Paused || source != "api" || len(limits) != 1 || limits[0].Quota != 20 || s.Limit != 20 || s.LimitSource != "api" {
+		t.Fatalf("after a restart: paused %v, limits %v from %s, limit %v from %s", s.Paused, limits, source, s.Limit, s.LimitSource)
+	}
+	r.Close()
+
+	o.Targets[0].Limits = []sluice.Limit{{Name: "per_second", Quota: 80, Window: time.Second}}
+	r, err = relay.New(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	limits, source, _ = r.Limits("api")
+	if source != "configuration" || limits[0].Quota != 80 {
+		t.Fatalf("after the file changed: %v from %s", limits, source)
+	}
+}
+
+// TestReload: settings of existing targets and queues change in place; a
+// configuration that adds a queue is refused and changes nothing.
+func TestReload(t *testing.T) {
+	tg := newTarget(t, nil)
+	o := oneTarget(tg.URL, func(tc *relay.Target) {
+		tc.Limits = []sluice.Limit{{Name: "per_second", Quota: 50, Window: time.Second}}
+	})
+	r := start(t, o)
+	changed := oneTarget(tg.URL, func(tc *relay.Target) {
+		tc.Limits = []sluice.Limit{{Name: "per_second", Quota: 70, Window: time.Second}}
+	})
+	if err := r.Reload(changed); err != nil {
+		t.Fatal(err)
+	}
+	if limits, _, _ := r.Limits("api"); limits[0].Quota != 70 {
+		t.Fatalf("limits after reload: %v", limits)
+	}
+	more := changed
+	more.Queues = append(more.Queues, relay.Queue{Name: "more", Target: "api"})
+	if err := r.Reload(more); !errors.Is(err, relay.ErrOptions) || !strings.Contains(err.Error(), "restart") {
+		t.Fatalf("a new queue: %v", err)
+	}
+	got, err := r.Enqueue(context.Background(), "jobs", relay.Request{URL: "/after-reload"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info := waitFinished(t, r.Relay, got[0].ID, 5*time.Second); info.State != queue.Succeeded {
+		t.Fatalf("after reload: %s", info.State)
+	}
+}
+
+// TestOptionsRefused is the table of configurations New refuses.
+func TestOptionsRefused(t *testing.T) {
+	base := func() relay.Options { return oneTarget("http://127.0.0.1:1", nil) }
+	cases := []struct {
+		name string
+		mod  func(*relay.Options)
+		want string
+	}{
+		{"no target", func(o *relay.Options) { o.Targets = nil }, "at least one target"},
+		{"bad name", func(o *relay.Options) { o.Targets[0].Name = "a b" }, "a name is"},
+		{"origin with a path", func(o *relay.Options) { o.Targets[0].Origin = "http://127.0.0.1:1/x" }, "origin"},
+		{"unknown target", func(o *relay.Options) { o.Queues[0].Target = "nope" }, `no target is named "nope"`},
+		{"reserved over 1", func(o *relay.Options) {
+			o.Queues = append(o.Queues, relay.Queue{Name: "q2", Target: "api", Reserved: 0.6})
+			o.Queues[0].Reserved = 0.5
+		}, "sum to 1.1"},
+		{"two queues one name", func(o *relay.Options) { o.Queues = append(o.Queues, o.Queues[0]) }, "two queues"},
+		{"negative weight", func(o *relay.Options) { o.Queues[0].Weight = -1 }, "weight"},
+		{"retry a 429", func(o *relay.Options) { o.Targets[0].Retry.RetryStatuses = []int{429} }, "429"},
+		{"bad limit", func(o *relay.Options) {
+			o.Targets[0].Limits = []sluice.Limit{{Name: "x", Quota: 0, Window: time.Second}}
+		}, "limit 0"},
+	}
+	for _, c := range cases {
+		o := base()
+		c.mod(&o)
+		o.Open = boltOpener(t.TempDir())
+		_, err := relay.New(context.Background(), o)
+		if !errors.Is(err, relay.ErrOptions) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v (want one saying %q)", c.name, err, c.want)
+		}
+	}
+}
