@@ -25,10 +25,10 @@ func newCheckCmd() *cobra.Command {
 	var serve serveFlags
 	cmd := &cobra.Command{
 		Use:   "check FILE|DIR [serve's flags]",
-		Short: "validate a configuration file (of sluice serve or sluice gateway)",
+		Short: "validate a configuration file (of sluice serve, sluice gateway or sluice relay)",
 		Long: `Validates a configuration without serving it, and says whose it is: sluice serve's
-(envoyproxy/ratelimit's format: a file with a top-level domain, or a directory of them) or
-sluice gateway's. Everything a start would check is checked, but for binding the listeners
+(envoyproxy/ratelimit's format: a file with a top-level domain, or a directory of them),
+sluice relay's (a file with targets: and queues:) or sluice gateway's. Everything a start would check is checked, but for binding the listeners
 and connecting to Redis: the files the configuration names (TLS certificates, keys and CAs:
 readable, a certificate and its key that match, valid now; secret files and variables), and,
 for sluice serve, the flags serve would be started with, given here the same way. What the
@@ -53,10 +53,16 @@ expires within 14 days). Exits 1, with the file, the line and the reason, if it 
 			}
 			var summary string
 			var err error
-			if isEnvoyConfig(path) {
+			switch {
+			case isEnvoyConfig(path):
 				serve.config = path
 				summary, err = checkServe(&serve)
-			} else {
+			case isRelayConfig(path):
+				if name := changedServeFlag(c.Flags()); name != "" {
+					return usagef("--%s is sluice serve's flag: %s is the relay's file", name, path)
+				}
+				summary, err = checkRelay(path)
+			default:
 				if name := changedServeFlag(c.Flags()); name != "" {
 					return usagef("--%s is sluice serve's flag: %s is the gateway's file, which holds its own TLS, Redis and secret settings", name, path)
 				}
@@ -154,3 +160,15 @@ func isEnvoyConfig(path string) bool {
 }
 
 var envoyDomainLine = regexp.MustCompile(`(?m)^domain\s*:`)
+
+// isRelayConfig tells sluice relay's file: a top-level targets: or queues:
+// (the gateway's has neither).
+func isRelayConfig(path string) bool {
+	b, err := configfile.ReadFile(path, config.MaxFileSize)
+	if err != nil {
+		return false
+	}
+	return relayTopLine.Match(b)
+}
+
+var relayTopLine = regexp.MustCompile(`(?m)^(targets|queues)\s*:`)

@@ -27,7 +27,7 @@ func commandPaths(t *testing.T) map[string][]string {
 		}
 	}
 	walk(newRoot(io.Discard, io.Discard), nil)
-	for _, want := range []string{"", "serve", "gateway", "check", "try", "version", "help", "completion", "completion bash", "completion zsh", "completion fish", "completion powershell"} {
+	for _, want := range []string{"", "serve", "gateway", "relay", "enqueue", "demo-target", "check", "try", "version", "help", "completion", "completion bash", "completion zsh", "completion fish", "completion powershell"} {
 		if _, ok := paths[want]; !ok {
 			t.Fatalf("no command %q in %v", want, slices.Sorted(mapKeys(paths)))
 		}
@@ -75,9 +75,10 @@ func TestRootHelp(t *testing.T) {
 	_, out, _ := run("--help")
 	for _, want := range []string{
 		"Usage: sluice <command> [flags]\n\nsluice: rate limiting for both sides of an API.\n",
-		"\nServices:\n  gateway     run the rate-limiting reverse proxy in front of an upstream\n  serve       run the decision service",
-		"\nTools:\n  check       validate a configuration file",
-		"\nOther commands:\n  completion  print the shell completion script",
+		"\nServices:\n  gateway      run the rate-limiting reverse proxy in front of an upstream\n  relay        run the relay: accept work for rate-limited targets, deliver it at their pace\n  serve        run the decision service",
+		"\nTools:\n  check        validate a configuration file",
+		"\n  enqueue      load a file of tasks",
+		"\nOther commands:\n  completion   print the shell completion script",
 		"  -v, --version   print the version",
 		"Run 'sluice help <command>' (or 'sluice <command> --help') for a command's help.",
 	} {
@@ -97,7 +98,7 @@ func TestFlagsNameTheirDefault(t *testing.T) {
 	// A flag's line starts "  -x, --name" or "      --name"; a description
 	// wrapped onto a line that starts with a flag's name is indented more.
 	flagLine := regexp.MustCompile(`^  (-\w, |    )--([a-z-]+)`)
-	for _, cmd := range []string{"serve", "gateway", "check", "try"} {
+	for _, cmd := range []string{"serve", "gateway", "relay", "enqueue", "demo-target", "check", "try"} {
 		_, out, _ := run(cmd, "--help")
 		_, flags, _ := strings.Cut(out, "\nFlags:\n")
 		var name, text string
@@ -271,7 +272,7 @@ func TestCompletion(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{[]string{"__complete", ""}, []string{"check", "completion", "gateway", "help", "serve", "try", "version"}},
+		{[]string{"__complete", ""}, []string{"check", "completion", "demo-target", "enqueue", "gateway", "help", "relay", "serve", "try", "version"}},
 		{[]string{"__completeNoDesc", "se"}, []string{"serve"}},
 		{[]string{"__complete", "help", "g"}, []string{"gateway"}},
 		{[]string{"__complete", "try", "--alg"}, []string{"--algorithm"}},
