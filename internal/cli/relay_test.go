@@ -149,7 +149,7 @@ func TestRelaySurvivesSIGKILL(t *testing.T) {
 	}
 	waitSends(records*3/10, 30*time.Second)
 	p.kill(t)
-	p, api = startRelay(t, cfg, token)
+	p, _ = startRelay(t, cfg, token)
 	waitSends(records*6/10, 30*time.Second)
 	p.kill(t)
 	p, api = startRelay(t, cfg, token)
