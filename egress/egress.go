@@ -214,13 +214,24 @@ var (
 		"Host": true, "Content-Length": true, "Transfer-Encoding": true, "Connection": true,
 		"Keep-Alive": true, "Te": true, "Trailer": true, "Upgrade": true,
 		"Proxy-Connection": true, "Proxy-Authorization": true, "Proxy-Authenticate": true,
-		"Http2-Settings": true,
+		"Http2-Settings": true, "Max-Forwards": true, "Early-Data": true,
 	}
 	forwarding = map[string]bool{
-		"Forwarded": true, "Via": true, "X-Real-Ip": true, "X-Client-Ip": true, "True-Client-Ip": true,
-		"X-Original-Url": true, "X-Rewrite-Url": true, "X-Original-Host": true,
+		"Forwarded": true, "Forwarded-For": true, "Via": true, "X-Forwarded": true,
+		// A client's address, as CDNs and proxies name it.
+		"X-Real-Ip": true, "X-Client-Ip": true, "True-Client-Ip": true, "Client-Ip": true,
+		"Cf-Connecting-Ip": true, "Cf-Connecting-Ipv6": true, "Fastly-Client-Ip": true, "Akamai-Client-Ip": true,
+		"X-Cluster-Client-Ip": true, "X-Original-Forwarded-For": true, "X-Originating-Ip": true,
+		"X-Remote-Addr": true, "X-Remote-Ip": true, "X-Proxyuser-Ip": true, "X-Azure-Clientip": true,
+		"X-Appengine-User-Ip": true,
+		// Where the request was meant to go, as a proxy rewrites it.
+		"X-Original-Url": true, "X-Rewrite-Url": true, "X-Original-Host": true, "X-Original-Uri": true,
+		"X-Original-Method": true, "X-Host": true, "X-Forwarded-Host": true,
 		"X-Http-Method-Override": true, "X-Http-Method": true, "X-Method-Override": true,
 	}
+	// forwardingPrefixes are families of fields a proxy sets and trusts:
+	// Envoy's (x-envoy-internal, x-envoy-original-path …), Cloudflare's.
+	forwardingPrefixes = []string{"X-Forwarded-", "X-Envoy-", "Cf-"}
 )
 
 // MaxHeaderName bounds a header name, in bytes.
@@ -245,10 +256,19 @@ func CheckHeader(name string) error {
 	switch {
 	case owned[canon]:
 		return refused("header %s is set by the transport, not by a task", canon)
-	case forwarding[canon] || strings.HasPrefix(canon, "X-Forwarded-"):
+	case forwarding[canon] || hasForwardingPrefix(canon):
 		return refused("header %s routes or names the client at a proxy in front of the target; a task may not set it", canon)
 	}
 	return nil
+}
+
+func hasForwardingPrefix(canon string) bool {
+	for _, p := range forwardingPrefixes {
+		if strings.HasPrefix(canon, p) {
+			return true
+		}
+	}
+	return false
 }
 
 func isASCII(s string) bool {

@@ -144,7 +144,7 @@ func FuzzParseOrigin(f *testing.F) {
 }
 
 func TestCheckHeader(t *testing.T) {
-	for _, ok := range []string{"X-Api-Key", "authorization", "Content-Type", "Idempotency-Key", "x_custom.1~"} {
+	for _, ok := range []string{"X-Api-Key", "authorization", "Content-Type", "Idempotency-Key", "x_custom.1~", "Traceparent", "X-Amzn-Trace-Id", "X-B3-Traceid"} {
 		if err := egress.CheckHeader(ok); err != nil {
 			t.Errorf("CheckHeader(%q) = %v, want nil", ok, err)
 		}
@@ -157,6 +157,12 @@ func TestCheckHeader(t *testing.T) {
 		"Content_Length": "set by the transport", "transfer_encoding": "set by the transport",
 		"X-Forwarded-Host": "proxy", "x-forwarded-for": "proxy", "X_Forwarded_Proto": "proxy", "Forwarded": "proxy",
 		"X-Real-IP": "proxy", "X-HTTP-Method-Override": "proxy", "X-Original-URL": "proxy",
+		// What an attacker probe sent through before they were refused.
+		"Fastly-Client-Ip": "proxy", "Client-Ip": "proxy", "X-Cluster-Client-Ip": "proxy", "X-Original-Forwarded-For": "proxy",
+		"X-Originating-Ip": "proxy", "X-Remote-Addr": "proxy", "X-Remote-Ip": "proxy", "X-ProxyUser-Ip": "proxy",
+		"Forwarded-For": "proxy", "X-Forwarded": "proxy", "X-Envoy-Internal": "proxy", "x_envoy_original_path": "proxy",
+		"X-Envoy-External-Address": "proxy", "X-Original-Uri": "proxy", "X-Original-Method": "proxy", "X-Host": "proxy",
+		"CF-Connecting-IP": "proxy", "Max-Forwards": "set by the transport", "Early-Data": "set by the transport",
 		"X Api": "not allowed", "X-Api:": "not allowed", "X-\r\nHost": "not allowed", "Ünïcode": "not allowed",
 		"": "from 1 to", strings.Repeat("a", egress.MaxHeaderName+1): "from 1 to",
 	} {

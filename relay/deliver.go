@@ -138,7 +138,7 @@ func (t *target) deliver(l *lane, lease queue.Lease, res *pace.Reservation) {
 		done(pace.Success)
 		reason := resp.Status
 		if resp.StatusCode >= 300 && resp.StatusCode < 400 {
-			reason += " (a redirect is followed only on the target's origin)"
+			reason += " (not followed: a redirect is followed only on the target's origin, 10 at most)"
 		}
 		l.dead.Add(1)
 		t.dead.Add(1)

@@ -171,6 +171,12 @@ func TestRefused(t *testing.T) {
 		{"cost NaN", relay.Request{URL: "/x", Cost: math.NaN()}, relay.ErrInvalid, "cost"},
 		{"priority", relay.Request{URL: "/x", Priority: 10}, relay.ErrInvalid, "priority"},
 		{"key with space", relay.Request{URL: "/x", Key: "a b"}, relay.ErrInvalid, "key"},
+		// What an attacker probe got through before they were refused.
+		{"idempotency_key", relay.Request{URL: "/x", Header: http.Header{"idempotency_key": {"mine"}}}, relay.ErrInvalid, "header"},
+		{"not before past 2262", relay.Request{URL: "/x", NotBefore: time.Date(2400, 1, 1, 0, 0, 0, 0, time.UTC)}, relay.ErrInvalid, "not_before"},
+		{"deadline in 9999", relay.Request{URL: "/x", Deadline: time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)}, relay.ErrInvalid, "deadline"},
+		{"HEAD with a body", relay.Request{URL: "/x", Method: "HEAD", Body: []byte("x")}, relay.ErrInvalid, "body"},
+		{"Envoy's internal mark", relay.Request{URL: "/x", Header: http.Header{"X-Envoy-Internal": {"true"}}}, relay.ErrForbidden, "header"},
 	}
 	for _, c := range cases {
 		_, err := r.Enqueue(context.Background(), "jobs", ok, c.req)

@@ -51,6 +51,10 @@ type Request struct {
 	MaxAttempts int
 }
 
+// MaxAhead bounds how far ahead a request's NotBefore and Deadline may
+// be: a year and a day.
+const MaxAhead = 366 * 24 * time.Hour
+
 // MaxHeaderBytes bounds the header fields of one request (names and
 // values), as a server bounds what it reads.
 const MaxHeaderBytes = 64 << 10
@@ -102,7 +106,7 @@ func (q *lane) prepare(i int, r Request, now time.Time) (queue.Task, error) {
 			return fail(ErrForbidden, "header", "%s", strings.TrimPrefix(err.Error(), "egress: refused: "))
 		}
 		canon := http.CanonicalHeaderKey(name)
-		if canon == idempotencyHeader {
+		if http.CanonicalHeaderKey(strings.ReplaceAll(name, "_", "-")) == idempotencyHeader {
 			return fail(ErrInvalid, "header", "Idempotency-Key is set by the relay: give the task's key as \"key\"")
 		}
 		for _, v := range values {
@@ -131,6 +135,16 @@ func (q *lane) prepare(i int, r Request, now time.Time) (queue.Task, error) {
 	}
 	if r.Priority < 0 || r.Priority > queue.MaxPriority {
 		return fail(ErrInvalid, "priority", "%d: from 0 to %d", r.Priority, queue.MaxPriority)
+	}
+	if limit := now.Add(MaxAhead); r.NotBefore.After(limit) || r.Deadline.After(limit) {
+		field, at := "not_before", r.NotBefore
+		if r.Deadline.After(limit) {
+			field, at = "deadline", r.Deadline
+		}
+		return fail(ErrInvalid, field, "%s is more than %v ahead (8784h: a year and a day)", at.UTC().Format(time.RFC3339), MaxAhead)
+	}
+	if (method == http.MethodHead || method == http.MethodGet) && len(r.Body) > 0 {
+		return fail(ErrInvalid, "body", "a %s request carries no body", method)
 	}
 	if !r.Deadline.IsZero() {
 		if !r.Deadline.After(now) {

@@ -58,7 +58,13 @@ func Handler(opts Options, next http.Handler) http.Handler {
 	})
 }
 
+// writeError answers a refusal and closes the connection: net/http would
+// otherwise read what is left of the request's body (up to 256 KiB) before
+// answering, and a client without the token that sends a large
+// Content-Length and then nothing would hold the connection, unanswered,
+// for the server's whole read timeout.
 func writeError(w http.ResponseWriter, code int, msg string) {
+	w.Header().Set("Connection", "close")
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(map[string]string{"error": msg})

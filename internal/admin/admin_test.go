@@ -1,10 +1,13 @@
 package admin_test
 
 import (
+	"bufio"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/admin"
 )
@@ -56,5 +59,29 @@ func TestHandler(t *testing.T) {
 			res.Header.Get("Cache-Control") != "no-store" || (ct == "application/json") != c.json {
 			t.Errorf("%s: %d %q %v; want %d %q", c.name, res.StatusCode, rec.Body.String(), res.Header, c.code, c.body)
 		}
+	}
+}
+
+// A refusal does not wait for the body: a client without the token that
+// announces a body and sends none gets its 401 at once, and the connection
+// is closed (it cannot hold a slot for the read timeout).
+func TestRefusalDoesNotWaitForTheBody(t *testing.T) {
+	srv := httptest.NewServer(admin.Handler(admin.Options{Token: "a-token-of-sixteen-chars"}, http.NotFoundHandler()))
+	defer srv.Close()
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.WriteString(conn, "POST /admin/x HTTP/1.1\r\nHost: x\r\nContent-Length: 200000\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer while the body is missing: %v", err)
+	}
+	if resp.StatusCode != http.StatusUnauthorized || !resp.Close {
+		t.Fatalf("status %d, close %v: want 401 and the connection closed", resp.StatusCode, resp.Close)
 	}
 }

@@ -10,6 +10,7 @@ package httpapi
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,6 +21,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/sync/semaphore"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/admin"
@@ -49,7 +52,16 @@ type api struct {
 	r   *relay.Relay
 	o   Options
 	log *slog.Logger
+	// reading bounds the bytes of batches read and decoded at once
+	// (MaxBatchBytes × readingBatches): decoding holds about four times a
+	// body, and the connection cap alone would let a client with the
+	// token hold gigabytes.
+	reading *semaphore.Weighted
 }
+
+// readingBatches is how many batches of the largest size are decoded at
+// once; smaller ones share the same bytes.
+const readingBatches = 2
 
 // New returns the API's handler over r, the routes under /v1/.
 func New(r *relay.Relay, o Options) http.Handler {
@@ -59,7 +71,7 @@ func New(r *relay.Relay, o Options) http.Handler {
 	if o.MaxBatch <= 0 {
 		o.MaxBatch = DefaultMaxBatch
 	}
-	a := &api{r: r, o: o, log: o.Logger}
+	a := &api{r: r, o: o, log: o.Logger, reading: semaphore.NewWeighted(readingBatches * o.MaxBatchBytes)}
 	if a.log == nil {
 		a.log = slog.Default()
 	}
@@ -76,7 +88,7 @@ func New(r *relay.Relay, o Options) http.Handler {
 	mux.HandleFunc("POST /v1/tasks/{id}/replay", a.replay)
 	mux.HandleFunc("GET /v1/targets/{target}/limits", a.limits)
 	mux.HandleFunc("PUT /v1/targets/{target}/limits", a.setLimits)
-	mux.HandleFunc("/v1/", func(w http.ResponseWriter, req *http.Request) {
+	mux.HandleFunc("/", func(w http.ResponseWriter, req *http.Request) {
 		writeError(w, http.StatusNotFound, errorOut{Error: "no such route: see docs/relay.md for the API"})
 	})
 	return admin.Handler(admin.Options{Token: o.Token, Enable: "start sluice relay with a token (--token-file or SLUICE_RELAY_TOKEN)"}, mux)
@@ -115,6 +127,20 @@ type acceptedOut struct {
 // accepted, or none with the failing line named.
 func (a *api) enqueue(w http.ResponseWriter, req *http.Request) {
 	name := req.PathValue("queue")
+	share := req.ContentLength
+	if share < 0 || share > a.o.MaxBatchBytes {
+		share = a.o.MaxBatchBytes
+	}
+	wait, cancel := context.WithTimeout(req.Context(), 5*time.Second)
+	err := a.reading.Acquire(wait, max(share, 1))
+	cancel()
+	if err != nil {
+		w.Header().Set("Retry-After", "1")
+		w.Header().Set("Connection", "close")
+		writeError(w, http.StatusServiceUnavailable, errorOut{Error: "too many large batches are being read at once: send again in a moment"})
+		return
+	}
+	defer a.reading.Release(max(share, 1))
 	body := http.MaxBytesReader(w, req.Body, a.o.MaxBatchBytes)
 	data, err := io.ReadAll(body)
 	if err != nil {
@@ -123,7 +149,8 @@ func (a *api) enqueue(w http.ResponseWriter, req *http.Request) {
 			writeError(w, http.StatusRequestEntityTooLarge, errorOut{Error: fmt.Sprintf("the body is over %d bytes: send smaller batches", a.o.MaxBatchBytes)})
 			return
 		}
-		writeError(w, http.StatusBadRequest, errorOut{Error: "the body could not be read: " + err.Error()})
+		// The error names the sockets; the client knows its own.
+		writeError(w, http.StatusBadRequest, errorOut{Error: "the body could not be read whole (it ended early, or took longer than the server's read timeout)"})
 		return
 	}
 	ct := strings.ToLower(strings.TrimSpace(strings.Split(req.Header.Get("Content-Type"), ";")[0]))

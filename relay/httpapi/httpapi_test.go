@@ -298,3 +298,37 @@ func TestNATSOutage(t *testing.T) {
 		t.Fatalf("during the outage: %d %v, want 503", code, out)
 	}
 }
+
+// TestBatchesReadAtOnceAreBounded: batches being read hold their bytes;
+// past two of the largest, a batch waits, then is refused with 503 and
+// Retry-After (an attacker probe held 1.9 GB with 16 batches of 32 MiB).
+func TestBatchesReadAtOnceAreBounded(t *testing.T) {
+	a := newAPI(t, nil) // MaxBatchBytes 64 KiB
+	var conns []net.Conn
+	for range 2 {
+		c, err := net.Dial("tcp", a.Listener.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+		fmt.Fprintf(c, "POST /v1/queues/jobs/tasks HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n[", token, 64<<10)
+	}
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	time.Sleep(100 * time.Millisecond) // both are in the handler, reading
+	code, out, h := a.do(t, "POST", "/v1/queues/jobs/tasks", "", `{"path":"/a"}`)
+	if code != 503 || h.Get("Retry-After") == "" || !strings.Contains(out["error"].(string), "large batches") {
+		t.Fatalf("a third batch while two of the largest are read: %d %v %v", code, out, h)
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	conns = nil
+	time.Sleep(100 * time.Millisecond)
+	if code, out, _ := a.do(t, "POST", "/v1/queues/jobs/tasks", "", `{"path":"/a"}`); code != 202 {
+		t.Fatalf("once they are gone: %d %v", code, out)
+	}
+}
