@@ -169,7 +169,7 @@ func runRelay(ctx context.Context, f relayFlags, stderr io.Writer) error {
 	adminMux := http.NewServeMux()
 	adminMux.Handle("/metrics", admin.Handler(admin.Options{Token: token}, m.Handler()))
 	adminMux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
-	adminMux.Handle("/", console.New(r, console.Options{Token: token}))
+	adminMux.Handle("/", console.New(r, console.Options{Token: token, Logger: log}))
 
 	servers := []*http.Server{}
 	listeners := []net.Listener{}

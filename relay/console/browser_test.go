@@ -227,6 +227,16 @@ func TestInChromium(t *testing.T) {
 		}
 		t.Logf("wrote %s (%d bytes)", shot, len(png))
 	}
+
+	// Log out: the button's POST passes the origin check, and the browser
+	// lands on the login form, which a reload does not leave.
+	resp, err = chromedp.RunResponse(b, chromedp.Click(chromedp.CSS(`form[action="/console/logout"] button`)))
+	if err != nil || resp.Status != http.StatusUnauthorized {
+		t.Fatalf("click log out: %v %+v, want the login page (401)", err, resp)
+	}
+	if err := chromedp.Do(b, chromedp.Reload(), chromedp.WaitVisible(chromedp.CSS("#login"))); err != nil {
+		t.Errorf("after the logout a reload shows no login form: %v", err)
+	}
 }
 
 // figuresIn reads a queue's figures in the page: field → data-value.

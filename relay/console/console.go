@@ -28,21 +28,35 @@
 // the API and /metrics check it), or the console's session cookie. A
 // browser gets the cookie by opening /?token=<token> once, or by posting
 // the token in the login form: the console answers with an HttpOnly,
-// SameSite=Strict cookie for Path / and a redirect to / that leaves the
-// token out of the address bar. The cookie holds not the token but an
-// expiry and an HMAC-SHA256 of it keyed by the token, so it is worthless
-// against the API, ends after Options.SessionLife, and every session ends
-// when the token changes. Tokens and cookies are compared in constant
-// time. Without either the page is a login form (401); with no token
+// SameSite=Strict cookie (Secure under TLS) for Path / and a redirect to
+// / that leaves the token out of the address bar. The cookie holds not
+// the token but a random session ID (32 bytes of crypto/rand, base64url),
+// so it is worthless against the API. The sessions are the console's, in
+// memory: logging out ends the browser's session at once (its cookie is
+// refused from then on, wherever it was copied to), a session ends after
+// Options.SessionLife, and every session ends when the token changes or
+// the relay restarts. The console keeps at most Options.MaxSessions; a
+// new one beyond them ends the oldest. Tokens are compared in constant
+// time, and sessions are looked up by an HMAC-SHA256 of their ID keyed by
+// the token. A new login ends the session the browser had. Without the
+// token or a session the page is a login form (401); with no token
 // configured every route is 403.
+//
+// A login with a wrong token waits a quarter of a second before its
+// answer (that request only), and failed logins are not logged one by
+// one: the console logs at most one line a minute, "relay console: N
+// failed logins in the last minute", as it does for refused cross-origin
+// POSTs.
 //
 // # Cross-site requests
 //
 // Every state change is a POST form. Besides the SameSite=Strict cookie,
 // each POST must come from the console's own origin: net/http's
 // CrossOriginProtection (Sec-Fetch-Site, else Origin against Host), and
-// a Referer of another host when the browser sends neither. A refused
-// POST is 403 and changes nothing.
+// a Referer of another host when the browser sends neither. A POST with
+// none of the three headers is refused too, unless it carries
+// "Authorization: Bearer" (a program's, which no browser form can send).
+// A refused POST is 403 and changes nothing.
 //
 // # Security headers
 //
@@ -55,15 +69,12 @@
 package console
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
+	"context"
 	"crypto/subtle"
-	"encoding/base64"
 	"errors"
 	"log/slog"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
@@ -77,20 +88,32 @@ type Options struct {
 	// Token is the relay's API token: the console's password. Required:
 	// without one the console is off and every route is 403.
 	Token string
-	// Logger receives the console's events: logins refused, replays,
-	// pauses. Default slog.Default().
+	// Logger receives the console's events: replays, pauses, and a line a
+	// minute at most about failed logins and refused cross-origin POSTs.
+	// Default slog.Default().
 	Logger *slog.Logger
-	// SessionLife is how long a browser's login lasts; default 12 hours.
+	// SessionLife is how long a browser's login lasts; default 8 hours
+	// (DefaultSessionLife).
 	SessionLife time.Duration
-	// Now is the clock; default time.Now.
+	// MaxSessions is how many sessions the console keeps at once; a login
+	// beyond them ends the oldest. Default 1,000 (DefaultMaxSessions).
+	MaxSessions int
+	// Now is the clock of sessions' expiry; default time.Now.
 	Now func() time.Time
 }
 
 // DefaultSessionLife is Options.SessionLife's default.
-const DefaultSessionLife = 12 * time.Hour
+const DefaultSessionLife = 8 * time.Hour
 
-// cookieName is the session cookie's name.
+// DefaultMaxSessions is Options.MaxSessions's default.
+const DefaultMaxSessions = 1000
+
+// cookieName is the session cookie's name: a constant, nothing secret.
 const cookieName = "sluice_console"
+
+// failedLoginDelay is how long the answer to a wrong token waits: it
+// slows a guesser a little and holds no other request.
+const failedLoginDelay = 250 * time.Millisecond
 
 // refreshEvery is how often the page fetches its live part.
 const refreshEvery = 2 * time.Second
@@ -101,21 +124,28 @@ const csp = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 's
 
 // console is the handler's state; it is safe for concurrent use.
 type console struct {
-	r     *relay.Relay
-	token []byte
-	life  time.Duration
-	now   func() time.Time
-	log   *slog.Logger
-	cop   *http.CrossOriginProtection
+	r        *relay.Relay
+	token    []byte
+	life     time.Duration
+	now      func() time.Time
+	log      *slog.Logger
+	cop      *http.CrossOriginProtection
+	sessions *sessions
+	failed   *tally // failed logins
+	refused  *tally // refused cross-origin POSTs
 }
 
 // New returns the console's handler over r, its routes under "/" (see the
-// package doc). The handler is safe for concurrent use; it starts no
-// goroutine.
+// package doc). The handler is safe for concurrent use. It starts no
+// goroutine but the timer's that logs a minute's failed logins or refused
+// POSTs, after the first of them.
 func New(r *relay.Relay, o Options) http.Handler {
 	c := &console{r: r, token: []byte(o.Token), life: o.SessionLife, now: o.Now, log: o.Logger}
 	if c.life <= 0 {
 		c.life = DefaultSessionLife
+	}
+	if o.MaxSessions <= 0 {
+		o.MaxSessions = DefaultMaxSessions
 	}
 	if c.now == nil {
 		c.now = time.Now
@@ -124,6 +154,9 @@ func New(r *relay.Relay, o Options) http.Handler {
 		c.log = slog.Default()
 	}
 	c.cop = http.NewCrossOriginProtection()
+	c.sessions = newSessions(c.token, o.MaxSessions)
+	c.failed = &tally{what: "failed logins", log: c.log}
+	c.refused = &tally{what: "cross-origin POSTs refused", log: c.log}
 
 	mux := http.NewServeMux()
 	mux.Handle("GET /{$}", c.authed(http.HandlerFunc(c.page)))
@@ -190,69 +223,72 @@ func (c *console) login(w http.ResponseWriter, req *http.Request) {
 	c.logIn(w, req, req.PostForm.Get("token"))
 }
 
-// logIn checks a token a browser gave and, when it is right, sets the
-// session cookie and sends the browser to /.
+// logIn checks a token a browser gave and, when it is right, ends the
+// browser's old session if any, starts a new one, sets its cookie and
+// sends the browser to /. A wrong token is counted (c.failed) and
+// answered after failedLoginDelay.
 func (c *console) logIn(w http.ResponseWriter, req *http.Request, token string) {
 	if subtle.ConstantTimeCompare([]byte(token), c.token) != 1 {
-		c.log.Warn("relay console: a login with a wrong token", "remote", req.RemoteAddr)
+		c.failed.add(req.RemoteAddr, "")
+		wait(req.Context(), failedLoginDelay)
 		w.Header().Set("WWW-Authenticate", admin.Challenge)
 		c.render(w, http.StatusUnauthorized, "login", loginData{Problem: "That token is not the relay's."})
 		return
 	}
-	expires := c.now().Add(c.life)
+	if old, err := req.Cookie(cookieName); err == nil {
+		c.sessions.end(old.Value)
+	}
+	now := c.now()
+	expires := now.Add(c.life)
 	http.SetCookie(w, &http.Cookie{
-		Name: cookieName, Value: c.session(expires), Path: "/", Expires: expires, MaxAge: int(c.life / time.Second),
+		Name: cookieName, Value: c.sessions.begin(now, expires), Path: "/", Expires: expires, MaxAge: int(c.life / time.Second),
 		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: req.TLS != nil,
 	})
 	http.Redirect(w, req, "/", http.StatusSeeOther)
 }
 
+// logout ends the request's session, if it has one, and clears its
+// cookie.
 func (c *console) logout(w http.ResponseWriter, req *http.Request) {
+	w.Header().Set("Cache-Control", "no-store")
+	if ck, err := req.Cookie(cookieName); err == nil {
+		c.sessions.end(ck.Value)
+	}
 	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: req.TLS != nil})
 	http.Redirect(w, req, "/", http.StatusSeeOther)
 }
 
-// session is the cookie's value for a session ending at expires:
-// "<unix seconds>.<base64url HMAC-SHA256(token, that)>".
-func (c *console) session(expires time.Time) string {
-	exp := strconv.FormatInt(expires.Unix(), 10)
-	return exp + "." + base64.RawURLEncoding.EncodeToString(c.mac(exp))
-}
-
-func (c *console) mac(exp string) []byte {
-	m := hmac.New(sha256.New, c.token)
-	m.Write([]byte("sluice relay console session\x00" + exp))
-	return m.Sum(nil)
-}
-
-// validSession reports whether the request carries a session cookie that
-// this token signed and that has not expired.
+// validSession reports whether the request carries the cookie of a
+// session of this console that has not ended.
 func (c *console) validSession(req *http.Request) bool {
 	ck, err := req.Cookie(cookieName)
-	if err != nil {
-		return false
-	}
-	exp, sig, ok := strings.Cut(ck.Value, ".")
-	if !ok {
-		return false
-	}
-	unix, err := strconv.ParseInt(exp, 10, 64)
-	if err != nil || !c.now().Before(time.Unix(unix, 0)) {
-		return false
-	}
-	got, err := base64.RawURLEncoding.DecodeString(sig)
-	return err == nil && hmac.Equal(got, c.mac(exp))
+	return err == nil && c.sessions.valid(ck.Value, c.now())
 }
 
-// errCrossOrigin is a Referer of another host.
-var errCrossOrigin = errors.New("cross-origin request detected from Referer header")
+// wait returns after d, or when ctx ends.
+func wait(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+var (
+	// errCrossOrigin is a Referer of another host.
+	errCrossOrigin = errors.New("cross-origin request detected from Referer header")
+	// errNoOrigin is a POST without Sec-Fetch-Site, Origin, Referer or a
+	// bearer token.
+	errNoOrigin = errors.New("a POST without Sec-Fetch-Site, Origin, Referer or Authorization: Bearer")
+)
 
 // sameOrigin refuses (403) a POST from another origin: see the package
 // doc.
 func (c *console) sameOrigin(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if err := c.checkOrigin(req); err != nil {
-			c.log.Warn("relay console: a cross-origin request refused", "path", req.URL.Path, "remote", req.RemoteAddr, "err", err)
+			c.refused.add(req.RemoteAddr, err.Error())
 			w.Header().Set("Cache-Control", "no-store")
 			c.problem(w, http.StatusForbidden, "The console refuses changes asked from another site. Use the buttons of the console's own page.")
 			return
@@ -261,17 +297,26 @@ func (c *console) sameOrigin(next http.Handler) http.Handler {
 	})
 }
 
+// checkOrigin judges a POST by the first of its headers that says where
+// it comes from: Sec-Fetch-Site or Origin (CrossOriginProtection), else
+// Referer, else a bearer token (a program's; authed checks it, and no
+// browser form can send one). A POST with none of them is refused.
 func (c *console) checkOrigin(req *http.Request) error {
 	if err := c.cop.Check(req); err != nil {
 		return err
 	}
-	if req.Header.Get("Sec-Fetch-Site") != "" || req.Header.Get("Origin") != "" {
+	h := req.Header
+	if h.Get("Sec-Fetch-Site") != "" || h.Get("Origin") != "" {
 		return nil // CrossOriginProtection judged them
 	}
-	if ref := req.Header.Get("Referer"); ref != "" {
+	if ref := h.Get("Referer"); ref != "" {
 		if u, err := url.Parse(ref); err != nil || u.Host != req.Host {
 			return errCrossOrigin
 		}
+		return nil
 	}
-	return nil
+	if scheme, _, _ := strings.Cut(h.Get("Authorization"), " "); strings.EqualFold(scheme, "Bearer") {
+		return nil
+	}
+	return errNoOrigin
 }

@@ -2,6 +2,9 @@ package console_test
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -79,6 +82,24 @@ func TestLogin(t *testing.T) {
 			t.Errorf("the cookie holds the token: %q", set)
 		}
 		ck := resp.Cookies()[0]
+		// The value is a session ID: 32 random bytes, base64url, a new
+		// one each login.
+		if raw, err := base64.RawURLEncoding.DecodeString(ck.Value); err != nil || len(raw) != 32 {
+			t.Errorf("cookie value %q: %d bytes (%v), want 32 in base64url", ck.Value, len(raw), err)
+		}
+		if again := login(t, srv); again.Value == ck.Value {
+			t.Errorf("two logins got the same session %q", ck.Value)
+		}
+		// A browser that logs in again gets a new session, and its old
+		// one ends.
+		resp, _ = get(t, srv, "/?token="+token, ck)
+		if len(resp.Cookies()) != 1 || resp.Cookies()[0].Value == ck.Value {
+			t.Fatalf("a second login of the same browser: cookies %v, want a new one", resp.Cookies())
+		}
+		if resp, _ := get(t, srv, "/", ck); resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("the session before a new login: %d, want 401", resp.StatusCode)
+		}
+		ck = resp.Cookies()[0]
 		if resp, body := get(t, srv, "/", ck); resp.StatusCode != http.StatusOK || !strings.Contains(body, `id="queue-jobs"`) {
 			t.Errorf("with the cookie: %d", resp.StatusCode)
 		}
@@ -101,11 +122,18 @@ func TestLogin(t *testing.T) {
 	})
 	t.Run("forged and expired cookies are refused", func(t *testing.T) {
 		ck := login(t, srv)
-		exp, sig, _ := strings.Cut(ck.Value, ".")
+		flipped := []byte(ck.Value)
+		flipped[0] ^= 1 // 'A' ↔ 'B', '-' ↔ ',': another ID or none
+		// The cookie an earlier console minted: an expiry and its HMAC
+		// under the token.
+		exp := fmt.Sprint(now.Add(100 * time.Hour).Unix())
+		m := hmac.New(sha256.New, []byte(token))
+		m.Write([]byte("sluice relay console session\x00" + exp))
+		signed := exp + "." + base64.RawURLEncoding.EncodeToString(m.Sum(nil))
 		forged := []string{
-			"", "x", token, exp, exp + ".", "." + sig,
-			fmt.Sprint(now.Add(100*time.Hour).Unix()) + "." + sig, // a later expiry under the old signature
-			exp + "." + strings.Repeat("A", len(sig)),
+			"", "x", token, ck.Value + "x", ck.Value[1:], ck.Value + "=", string(flipped), signed,
+			base64.RawURLEncoding.EncodeToString(make([]byte, 32)),
+			base64.RawStdEncoding.EncodeToString(make([]byte, 32)),
 		}
 		for _, v := range forged {
 			if resp, _ := get(t, srv, "/", &http.Cookie{Name: "sluice_console", Value: v}); resp.StatusCode != http.StatusUnauthorized {
@@ -124,12 +152,78 @@ func TestLogin(t *testing.T) {
 			t.Errorf("a session of the old token: %d, want 401", resp.StatusCode)
 		}
 	})
-	t.Run("logout ends the session in the browser", func(t *testing.T) {
-		resp, _ := post(t, srv, "/console/logout", nil, login(t, srv), sameSite(srv))
+	t.Run("logout ends the session, wherever its cookie went", func(t *testing.T) {
+		ck, other := login(t, srv), login(t, srv)
+		resp, _ := post(t, srv, "/console/logout", nil, ck, sameSite(srv))
 		if resp.StatusCode != http.StatusSeeOther || len(resp.Cookies()) != 1 || resp.Cookies()[0].MaxAge >= 0 {
 			t.Errorf("logout: %d %v", resp.StatusCode, resp.Cookies())
 		}
+		// The old cookie, replayed (by another web service of the same
+		// host, which the browser sent it to, say): refused everywhere.
+		for _, path := range []string{"/", "/console/fragment", "/console/queues/jobs/dead"} {
+			if resp, body := get(t, srv, path, ck); resp.StatusCode != http.StatusUnauthorized || !strings.Contains(body, `action="/console/login"`) {
+				t.Errorf("GET %s with the cookie after logout: %d, want 401 and the login form", path, resp.StatusCode)
+			}
+		}
+		if resp, _ := post(t, srv, "/console/pause", url.Values{"queue": {"jobs"}}, ck, sameSite(srv)); resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("POST /console/pause with the cookie after logout: %d, want 401", resp.StatusCode)
+		}
+		if s, _ := r.Stats(context.Background(), "jobs"); s.Paused {
+			t.Error("a pause with an ended session paused")
+		}
+		// Another browser's session lives on.
+		if resp, _ := get(t, srv, "/", other); resp.StatusCode != http.StatusOK {
+			t.Errorf("another session after this one's logout: %d, want 200", resp.StatusCode)
+		}
+		// A second logout, and one without a session, are harmless.
+		for _, c := range []*http.Cookie{ck, nil} {
+			if resp, _ := post(t, srv, "/console/logout", nil, c, sameSite(srv)); resp.StatusCode != http.StatusSeeOther {
+				t.Errorf("logout again (%v): %d, want 303", c, resp.StatusCode)
+			}
+		}
 	})
+}
+
+// TestSessionsAreBounded: the console keeps MaxSessions sessions; a login
+// beyond them ends the oldest.
+func TestSessionsAreBounded(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	var mu sync.Mutex
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	srv := serve(t, newRelay(t, options("http://127.0.0.1:1"), false), console.Options{Token: token, MaxSessions: 3, Now: clock})
+	var cks []*http.Cookie
+	for range 5 {
+		cks = append(cks, login(t, srv))
+		mu.Lock()
+		now = now.Add(time.Minute)
+		mu.Unlock()
+	}
+	for i, ck := range cks {
+		want := http.StatusOK
+		if i < 2 {
+			want = http.StatusUnauthorized
+		}
+		if resp, _ := get(t, srv, "/console/fragment", ck); resp.StatusCode != want {
+			t.Errorf("session %d of 5 (at most 3 kept): %d, want %d", i+1, resp.StatusCode, want)
+		}
+	}
+	// After the default life of 8 hours every session has ended, and
+	// new ones take their places.
+	mu.Lock()
+	now = now.Add(8 * time.Hour)
+	mu.Unlock()
+	for i, ck := range cks {
+		if resp, _ := get(t, srv, "/console/fragment", ck); resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("session %d after its 8 hours: %d, want 401", i+1, resp.StatusCode)
+		}
+	}
+	fresh := []*http.Cookie{login(t, srv), login(t, srv), login(t, srv)}
+	for i, ck := range fresh {
+		if resp, _ := get(t, srv, "/console/fragment", ck); resp.StatusCode != http.StatusOK {
+			t.Errorf("a new session %d among 3, the old ones expired: %d, want 200", i+1, resp.StatusCode)
+		}
+	}
 }
 
 func TestWithoutATokenTheConsoleIsOff(t *testing.T) {
@@ -252,8 +346,10 @@ func TestReplayNeedsTheConsolesOrigin(t *testing.T) {
 		{"Sec-Fetch-Site": "cross-site"},
 		{"Sec-Fetch-Site": "same-site", "Origin": "http://admin." + strings.TrimPrefix(srv.URL, "http://")},
 		{"Referer": "https://evil.example/page"},
+		{},                                  // none: not a browser of today, nor a program with the token
+		{"Authorization": "Basic " + token}, // a browser sends Basic credentials it remembers
 	} {
-		for _, path := range []string{"/console/replay", "/console/replay-all", "/console/pause", "/console/login"} {
+		for _, path := range []string{"/console/replay", "/console/replay-all", "/console/pause", "/console/login", "/console/logout"} {
 			form := url.Values{"id": {ids[0]}, "queue": {"jobs"}, "token": {token}}
 			resp, _ := post(t, srv, path, form, ck, hdr)
 			if resp.StatusCode != http.StatusForbidden {
@@ -266,6 +362,9 @@ func TestReplayNeedsTheConsolesOrigin(t *testing.T) {
 	}
 	if s, _ := r.Stats(context.Background(), "jobs"); s.Paused {
 		t.Fatal("a refused pause paused")
+	}
+	if resp, _ := get(t, srv, "/", ck); resp.StatusCode != http.StatusOK {
+		t.Fatalf("after a refused logout the session is gone: %d", resp.StatusCode)
 	}
 	// Without the session, the page's origin is not enough.
 	if resp, _ := post(t, srv, "/console/replay", form, nil, sameSite(srv)); resp.StatusCode != http.StatusUnauthorized {
@@ -300,6 +399,25 @@ func TestReplayNeedsTheConsolesOrigin(t *testing.T) {
 	}
 	if s, _ := r.Stats(context.Background(), "jobs"); s.Paused {
 		t.Error("resume did not resume")
+	}
+	// A program sends the bearer token and no browser's header: let
+	// through, and the token checked.
+	for _, c := range []struct {
+		path, auth string
+		status     int
+		paused     bool
+	}{
+		{"/console/pause", "Bearer " + token, http.StatusSeeOther, true},
+		{"/console/resume", "Bearer " + token + "x", http.StatusUnauthorized, true},
+		{"/console/resume", "bearer " + token, http.StatusSeeOther, false},
+	} {
+		resp, _ := post(t, srv, c.path, url.Values{"queue": {"jobs"}}, nil, map[string]string{"Authorization": c.auth})
+		if resp.StatusCode != c.status {
+			t.Errorf("POST %s with Authorization %q and no browser header: %d, want %d", c.path, c.auth, resp.StatusCode, c.status)
+		}
+		if s, _ := r.Stats(context.Background(), "jobs"); s.Paused != c.paused {
+			t.Errorf("after POST %s with Authorization %q: paused %v, want %v", c.path, c.auth, s.Paused, c.paused)
+		}
 	}
 	for path, form := range map[string]url.Values{"/console/replay": {}, "/console/pause": {"queue": {"nope"}}} {
 		resp, _ := post(t, srv, path, form, ck, sameSite(srv))
