@@ -31,29 +31,53 @@ const (
 //
 // Two sources teach it. The target's RateLimit-Policy (draft-11) states its
 // quotas: each becomes a learned limit, enforced like a configured one (a
-// TokenBucket of q per w, sliced), and each RateLimit member lowers the learned
-// limit of its name to what the target says is left (r). A target that sends
-// only RateLimit, or only X-RateLimit-*, is obeyed when it says nothing is
-// left: nothing is released until its reset.
+// TokenBucket of q per w, the fastest spaced one unit at a time: its burst is
+// not known), and each RateLimit member lowers the learned limit of its name
+// to what the target says is left (r). A target that sends only RateLimit, or
+// only X-RateLimit-*, is obeyed when it says nothing is left: nothing is
+// released until its reset.
+//
+// A Pacer with nothing to start from — no Limits, no Initial — begins with a
+// slow start, as TCP does: with the first request, an adaptive rate of one
+// cost unit per Slice (5 per second by default), which doubles every 50 ms of
+// answers that show the target took it — an unthrottled answer to a request
+// sent at the current rate (so at most once per round trip), while work
+// waited for the rate (a rate the client does not use is not raised). The
+// slow start ends at the first throttled answer, which CUBIC takes from
+// below, or at the first RateLimit-Policy, whose limit then paces (with no
+// adaptive rate, as a configured one). Against nginx's limit_req, the slow
+// start draws half the 429s of an unlimited start and loses less time than
+// the collapse that followed the opening blast (docs/BENCHMARKS.md).
 //
 // A throttled answer (429, or 503 with Retry-After) the Pacer did not foresee
-// starts the adaptive rate: CUBIC on the request rate, as AWS's SDKs do. The
-// rate drops to Beta × the rate that was throttled (the smaller of the rate
-// measured over the last second and the adaptive rate in force), then climbs
-// back along C·(t−K)³ + Wmax, K = ∛(Wmax·(1−Beta)/C): quickly at first,
-// flattening as it nears the rate that was throttled, where it spends most of
-// its time, then probing beyond it. CUBIC rather than AIMD: AIMD's halving and
-// linear climb average about 75 % of the limit, while CUBIC's plateau near the
-// last good rate keeps the average close to it. The climb never goes above
-// twice the measured rate (it would mean nothing), nor above Ceiling.
+// starts or corrects the adaptive rate: CUBIC on the request rate, as AWS's
+// SDKs do. The rate drops to Beta × the rate that was throttled — the
+// adaptive rate, when it held work back since it was set (the client sent as
+// fast as it allowed; at the end of a slow start, the rate the throttled
+// request went at); otherwise the smaller of the rate measured over the last
+// second and the adaptive rate — then climbs back along C·(t−K)³ + Wmax,
+// K = ∛(Wmax·(1−Beta)/C): quickly at first, flattening as it nears the rate
+// that was throttled, where it spends most of its time, then probing beyond
+// it. CUBIC rather than AIMD: AIMD's halving and linear climb average about
+// 75 % of the limit, while CUBIC's plateau near the last good rate keeps the
+// average close to it. A throttle that holds the Pacer (a Retry-After under
+// HoldTarget) and comes below the previous Wmax sets Wmax lower still (fast
+// convergence, see cubic.decrease). The climb never goes above twice the
+// measured rate (it would mean nothing), nor above Ceiling. The adaptive
+// rate, like every rate without a burst, is released one unit at a time.
 type AdaptiveOptions struct {
 	// Ceiling is the most the Pacer ever releases, in cost units per second,
 	// whatever it learns: a configured limit of Ceiling per second. Default
 	// 0: none beyond Limits.
 	Ceiling float64
-	// Initial is the adaptive rate before any throttled answer, in cost
-	// units per second. Default 0: unlimited until the first one (the
-	// configured and learned limits still apply).
+	// Initial is where the adaptive rate starts, in cost units per second:
+	// the Pacer runs at it from the first request, without a slow start,
+	// and holds it until the first throttled answer — a rate learned before
+	// (the relay keeps the learned rate of each target across restarts and
+	// passes it back here). Default 0: a slow start when there are no
+	// Limits (see AdaptiveOptions); with Limits, unlimited until the first
+	// throttle (the configured and learned limits still apply). +Inf: no
+	// slow start, unlimited until the first throttle, even without Limits.
 	Initial float64
 	// MinRate is the floor of the adaptive rate, in cost units per second.
 	// Default DefaultMinRate.
@@ -81,8 +105,8 @@ func (a AdaptiveOptions) withDefaults() (AdaptiveOptions, error) {
 	switch {
 	case !ok(a.Ceiling):
 		return a, bad("Ceiling", a.Ceiling, fmt.Sprintf("is not a rate between 0 and %g per second", float64(maxRate)))
-	case !ok(a.Initial):
-		return a, bad("Initial", a.Initial, fmt.Sprintf("is not a rate between 0 and %g per second", float64(maxRate)))
+	case !ok(a.Initial) && !math.IsInf(a.Initial, 1):
+		return a, bad("Initial", a.Initial, fmt.Sprintf("is not a rate between 0 and %g per second, nor +Inf", float64(maxRate)))
 	case !ok(a.MinRate):
 		return a, bad("MinRate", a.MinRate, fmt.Sprintf("is not a rate between 0 and %g per second", float64(maxRate)))
 	case math.IsNaN(a.Beta) || a.Beta < 0 || a.Beta >= 1:
@@ -110,7 +134,7 @@ func (a AdaptiveOptions) withDefaults() (AdaptiveOptions, error) {
 	if a.Ceiling > 0 && a.MinRate > a.Ceiling {
 		return a, bad("MinRate", a.MinRate, fmt.Sprintf("is above Ceiling %v", a.Ceiling))
 	}
-	if a.Ceiling > 0 && a.Initial > a.Ceiling {
+	if a.Ceiling > 0 && a.Initial > a.Ceiling && !math.IsInf(a.Initial, 1) {
 		a.Initial = a.Ceiling
 	}
 	return a, nil
@@ -141,10 +165,11 @@ type Feedback struct {
 }
 
 // Feedback teaches the Pacer from one answer of the target: it learns the
-// limits the answer states, and adapts its rate to a throttled answer (see
-// AdaptiveOptions). Answers to requests released before the last decrease
-// count as throttled but do not decrease the rate again: they were sent at
-// the rate already corrected. Safe for concurrent use.
+// limits the answer states, raises the slow start's rate on an unthrottled
+// answer, and adapts its rate to a throttled answer (see AdaptiveOptions).
+// Answers to requests released before the last decrease count as throttled
+// but do not decrease the rate again: they were sent at the rate already
+// corrected. Safe for concurrent use.
 func (p *Pacer) Feedback(f Feedback) {
 	if f.Received.IsZero() {
 		f.Received = time.Now()
@@ -164,23 +189,25 @@ func (p *Pacer) Feedback(f Feedback) {
 		for _, g := range p.learned {
 			g.exact = true
 		}
-		if f.Sent.IsZero() || !f.Sent.Before(p.ctrl.decreasedAt) {
-			measured := p.meter.rate(f.Received)
-			w := measured
-			if p.adaptive != nil {
-				w = min(w, p.adaptiveRate())
-			}
-			if w <= 0 {
-				// Nothing measured yet (the very first requests):
-				// start from the floor and climb.
-				w = p.aopts.MinRate
-			}
-			_ = p.setAdaptive(p.ctrl.decrease(w, f.Received), now)
+		if w, ok := p.probe.end(f.Sent, p.adaptiveRate()); ok {
+			// The first throttle of the slow start: the rate its
+			// request went at is the one that was too fast.
+			_ = p.setAdaptive(p.ctrl.decrease(w, f.Received, !f.Hold.IsZero()), now)
+			changed = true
+		} else if f.Sent.IsZero() || !f.Sent.Before(p.ctrl.decreasedAt) {
+			w := p.throttledRateLocked(f.Received)
+			_ = p.setAdaptive(p.ctrl.decrease(w, f.Received, !f.Hold.IsZero()), now)
+			changed = true
+		}
+	} else if p.probe.on {
+		if r, ok := p.probe.grow(f, p.adaptiveRate(), p.adaptiveHeld); ok {
+			_ = p.setAdaptive(r, now)
 			changed = true
 		}
 	} else if p.adaptive != nil && !p.ctrl.lastFail.IsZero() {
-		// (Before the first throttle, the rate stays at Initial.) The climb is capped at twice the measured rate (a rate the
-		// client does not use means nothing), but never below where it
+		// (Before the first throttle, the rate stays at Initial.) The
+		// climb is capped at twice the measured rate (a rate the client
+		// does not use means nothing), but never below where it
 		// restarted: a hold or an idle spell lowers the measure without
 		// saying anything about the target.
 		r := p.ctrl.at(f.Received)
@@ -195,6 +222,28 @@ func (p *Pacer) Feedback(f Feedback) {
 	if changed {
 		p.pumpLocked()
 	}
+}
+
+// throttledRateLocked is the rate a throttle answered at t was sent at: the
+// adaptive rate, when it has held work back since it was set (the client
+// sent as fast as it allowed); otherwise the rate measured over the last
+// second, or the adaptive rate if lower. (The measure alone lags a rate
+// that just changed: at the end of a slow start it is about a third of the
+// rate reached.) With nothing measured yet, the floor, MinRate.
+func (p *Pacer) throttledRateLocked(t time.Time) float64 {
+	if p.adaptive != nil && p.adaptiveHeld {
+		return p.adaptiveRate()
+	}
+	w := p.meter.rate(t)
+	if p.adaptive != nil {
+		w = min(w, p.adaptiveRate())
+	}
+	if w <= 0 {
+		// Nothing measured yet (the very first requests): start from the
+		// floor and climb.
+		w = p.aopts.MinRate
+	}
+	return w
 }
 
 // learnLocked applies what f states of the target's limits and reports
@@ -216,7 +265,7 @@ func (p *Pacer) learnLocked(f Feedback, now int64) bool {
 			continue
 		}
 		if g == nil {
-			ng, err := newGate(l, now, false)
+			ng, err := newGate(l, now)
 			if err != nil {
 				continue
 			}
@@ -231,7 +280,12 @@ func (p *Pacer) learnLocked(f Feedback, now int64) bool {
 		changed = true
 	}
 	if changed {
-		p.resliceLocked(now)
+		if p.probe.on {
+			// The target states its limit: no need to probe for it.
+			p.probe.on = false
+			p.adaptive = nil
+		}
+		p.respaceLocked(now)
 		p.rebuildLocked()
 	}
 	for _, lim := range f.Limits {
@@ -286,9 +340,9 @@ func learnedName(policy string) string {
 	return string(b)
 }
 
-// resliceLocked gives the fastest learned limit its slice gate (and takes it
-// from the others).
-func (p *Pacer) resliceLocked(now int64) {
+// respaceLocked gives the fastest learned limit its spacing gate, one unit at
+// a time (the target's burst is not known), and takes it from the others.
+func (p *Pacer) respaceLocked(now int64) {
 	var fastest *gate
 	for _, name := range p.order {
 		g := p.learned[name]
@@ -298,23 +352,23 @@ func (p *Pacer) resliceLocked(now int64) {
 	}
 	for _, name := range p.order {
 		if g := p.learned[name]; g != fastest {
-			g.slicedBy = nil
+			g.spacedBy = nil
 		}
 	}
 	if fastest == nil {
 		return
 	}
-	s := sliceOf(fastest.params.Limit, p.slice)
+	s := spacingOf(fastest.params.Limit, 0, p.slice)
 	switch {
 	case s == nil:
-		fastest.slicedBy = nil
-	case fastest.slicedBy == nil:
-		if g, err := newGate(*s, now, true); err == nil {
-			fastest.slicedBy = g
+		fastest.spacedBy = nil
+	case fastest.spacedBy == nil:
+		if g, err := newSpacingGate(*s, now); err == nil {
+			fastest.spacedBy = g
 		}
-	case fastest.slicedBy.params.Limit != *s:
-		if err := fastest.slicedBy.retarget(*s, now); err != nil {
-			fastest.slicedBy = nil
+	case fastest.spacedBy.params.Limit != *s:
+		if err := fastest.spacedBy.retarget(*s, now); err != nil {
+			fastest.spacedBy = nil
 		}
 	}
 }
@@ -336,12 +390,13 @@ func (p *Pacer) adaptiveRate() float64 {
 }
 
 // setAdaptive sets the adaptive rate, within MinRate and Ceiling: a token
-// bucket of the rate per second whose capacity is a slice of it (at least one
-// unit), so that it releases smoothly — after a slice, one request every
-// 1/rate — and a larger cost is charged whole (see gate.charged). The rate and
-// the capacity keep four significant digits, fewer if the algorithms' exact
-// arithmetic needs it.
+// bucket of the rate per second holding one unit, so that it releases one
+// unit every 1/rate, never a batch, and a larger cost is charged whole (see
+// gate.charged). The rate keeps four significant digits, fewer if the
+// algorithms' exact arithmetic needs it. The rate is new: it has held no
+// work back yet.
 func (p *Pacer) setAdaptive(rate float64, now int64) error {
+	p.adaptiveHeld = false
 	rate = max(rate, p.aopts.MinRate)
 	if p.aopts.Ceiling > 0 {
 		rate = min(rate, p.aopts.Ceiling)
@@ -350,10 +405,10 @@ func (p *Pacer) setAdaptive(rate float64, now int64) error {
 	var err error
 	for digits := 4; digits > 0; digits-- {
 		r := significant(rate, digits)
-		l := sluice.Limit{Name: adaptiveName, Quota: r, Window: time.Second, Burst: significant(max(r*p.slice.Seconds(), 1), digits)}
+		l := sluice.Limit{Name: adaptiveName, Quota: r, Window: time.Second, Burst: 1}
 		if p.adaptive == nil {
 			var g *gate
-			if g, err = newGate(l, now, false); err == nil {
+			if g, err = newGate(l, now); err == nil {
 				g.charged = true
 				p.adaptive = g
 				p.rebuildLocked()
@@ -407,7 +462,7 @@ func (p *Pacer) forgetLocked(t time.Time) time.Time {
 			p.ctrl.restart(max(slowest, p.aopts.MinRate), t)
 			_ = p.setAdaptive(slowest, p.micros(t))
 		}
-		p.resliceLocked(p.micros(t))
+		p.respaceLocked(p.micros(t))
 		p.rebuildLocked()
 	}
 	return next
@@ -424,13 +479,20 @@ type cubic struct {
 }
 
 // decrease records a throttle at rate w, at t, and returns the new rate.
-// With fast convergence (RFC 9438 §4.7): throttled below the previous
-// Wmax, the limit has moved down (another client spends it too, or the
-// last Wmax overshot), so Wmax is set lower still, at w × (1+β)/2, and the
-// climb flattens below the rate that was throttled instead of at it.
-func (c *cubic) decrease(w float64, t time.Time) float64 {
+// A throttle that holds the Pacer (held: a Retry-After under HoldTarget)
+// gets fast convergence (RFC 9438 §4.7): throttled below the previous Wmax,
+// the limit has moved down (another client spends it too, or the last Wmax
+// overshot), so Wmax is set lower still, at w × (1+β)/2, and the climb
+// flattens below the rate that was throttled instead of at it — each
+// throttle costs a hold of the whole Pacer, so throttles are worth avoiding
+// at some cost in rate. A throttle that holds nothing costs one retry (a
+// target that does not count refused requests, as nginx's limit_req, loses
+// nothing by it), and the climb flattens at the rate that was throttled:
+// there, fast convergence would keep the rate under the limit for most of
+// each cycle.
+func (c *cubic) decrease(w float64, t time.Time, held bool) float64 {
 	epoch := w * c.beta
-	if w < c.wmax {
+	if held && w < c.wmax {
 		c.wmax = w * (1 + c.beta) / 2
 	} else {
 		c.wmax = w
@@ -501,4 +563,67 @@ func (m *rateMeter) rate(t time.Time) float64 {
 		from = m.start
 	}
 	return sum / max(t.Sub(from), meterBucket).Seconds()
+}
+
+// probe is the slow start of the adaptive rate (see AdaptiveOptions): while
+// the target's limit is unknown, the rate starts modest with the first
+// request and doubles every round until the target throttles or states its
+// limit.
+type probe struct {
+	on       bool      // probing: the Pacer has no limit to start from
+	begun    bool      // the first request has set the rate
+	raisedAt time.Time // when the rate was last set
+	before   float64   // the rate before raisedAt
+}
+
+// begin sets the first rate of the slow start at t: one cost unit per slice.
+// It reports false when there is nothing to begin (not probing, or begun).
+func (pr *probe) begin(t time.Time, slice time.Duration) (float64, bool) {
+	if !pr.on || pr.begun {
+		return 0, false
+	}
+	pr.begun, pr.raisedAt = true, t
+	return 1 / slice.Seconds(), true
+}
+
+// probeDoubling is how fast the slow start raises its rate: it doubles every
+// probeDoubling of answers that show the target took it, and at most once
+// per round trip. From 5 per second (one unit per default slice), against
+// a target that answers at once, it passes 50 per second after 0.37 s (the
+// first answers come one per interval of the rate: 200, 100, 50 ms) and
+// 1,000 after about 0.6 s. Doubling every slice (200 ms) lost 0.2 s more
+// against nginx's 50 per second; doubling every round trip is a blast on a
+// fast network (docs/BENCHMARKS.md).
+const probeDoubling = 50 * time.Millisecond
+
+// grow raises rate when the unthrottled answer f shows that the target took
+// it and that the client wanted more: f's request was sent at the current
+// rate (after it was set: so at most once per round trip), and work waited
+// for the rate since (waited). The rate grows by 2^(d/probeDoubling), d the
+// time since it was set, at most a doubling.
+func (pr *probe) grow(f Feedback, rate float64, waited bool) (float64, bool) {
+	d := min(f.Received.Sub(pr.raisedAt), probeDoubling)
+	if !pr.begun || f.Sent.Before(pr.raisedAt) || !waited || d <= 0 {
+		return 0, false
+	}
+	pr.before, pr.raisedAt = rate, f.Received
+	return rate * math.Exp2(float64(d)/float64(probeDoubling)), true
+}
+
+// end stops the slow start on the first throttle and returns the rate the
+// throttled request, sent at sent, went at — rate, or the one before it;
+// false when it was not probing (or had not begun: nothing was sent at a
+// rate of its own).
+func (pr *probe) end(sent time.Time, rate float64) (float64, bool) {
+	if !pr.on {
+		return 0, false
+	}
+	pr.on = false
+	if !pr.begun {
+		return 0, false
+	}
+	if !sent.IsZero() && sent.Before(pr.raisedAt) && pr.before > 0 {
+		return pr.before, true
+	}
+	return rate, true
 }

@@ -6,10 +6,14 @@
 //
 //   - Pacer releases work in first-come, first-served order when its cost fits
 //     every limit: the target's known limits (several windows at once, on the
-//     foundation's exact algorithms), released in small slices (20 every
-//     200 ms rather than 100 each second); a concurrency cap; the limits it
-//     learns from the target's RateLimit-Policy and RateLimit fields; and an
-//     adaptive rate (CUBIC) when the target throttles unexpectedly. Leaving
+//     foundation's exact algorithms), spaced evenly (100 per second goes out
+//     one every 10 ms, never in batches, unless a Burst is set: then at most
+//     that many, and a slice's share, at once); a concurrency cap; the limits
+//     it learns from the target's RateLimit-Policy and RateLimit fields; and
+//     an adaptive rate (CUBIC) when the target throttles unexpectedly. Told
+//     nothing of the target, it begins with a slow start: 5 per second,
+//     doubling every 50 ms of answers until the first 429 or RateLimit-Policy
+//     (AdaptiveOptions.Initial starts it at a rate learned before). Leaving
 //     the queue (a canceled context) gives the place and its capacity to the
 //     work behind.
 //   - Transport is an http.RoundTripper that puts any http.Client behind a

@@ -13,8 +13,8 @@ import (
 	"github.com/sluicehq/sluice/pace"
 )
 
-// A client that knows its target's limits: 100 per second (released 20 at a
-// time, every 200 ms) and 10,000 per day, at most 8 requests in flight.
+// A client that knows its target's limits: 100 per second (released one
+// every 10 ms) and 10,000 per day, at most 8 requests in flight.
 func ExamplePacer() {
 	p, err := pace.New(pace.Options{
 		Limits: []sluice.Limit{

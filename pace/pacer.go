@@ -14,9 +14,9 @@ import (
 	"github.com/sluicehq/sluice/internal/units"
 )
 
-// DefaultSlice is the default Options.Slice: work is released in slices of
-// 200 ms, so a limit of 100 per second releases 20 every 200 ms rather than
-// 100 each second.
+// DefaultSlice is the default Options.Slice: a limit with an explicit Burst
+// releases at most 200 ms worth of it at once (20 of 100 per second, when its
+// Burst is 20 or more).
 const DefaultSlice = 200 * time.Millisecond
 
 // Errors of a Pacer.
@@ -28,8 +28,8 @@ var (
 )
 
 // Options configures a Pacer. The zero Options is a Pacer with no limit of its
-// own, that learns the target's (see AdaptiveOptions) and then releases work a
-// slice at a time.
+// own, that probes for the target's with a slow start and learns it from the
+// answers (see AdaptiveOptions), releasing work one unit at a time.
 type Options struct {
 	// Limits are the target's known limits, all of which every release
 	// respects: a per-second and a per-day quota, say. Each is enforced
@@ -40,18 +40,25 @@ type Options struct {
 	// limits' Names must differ. Default: none.
 	Limits []sluice.Limit
 
-	// Slice is how work is released: never more than the slice's share of
-	// the fastest limit at once. A limit of Quota per Window is released as
-	// Quota×Slice/Window per Slice (a FixedWindow of length Slice aligned to
-	// the epoch), so 100 per second with the default 200 ms goes out as 20
-	// every 200 ms, never 100 at once. When a slice would hold less than one
-	// cost unit, it is lengthened to hold one. A cost larger than a slice
-	// waits for a fresh slice and takes it whole (the limits themselves still
-	// count the whole cost). The Ceiling is sliced the same way; the
-	// adaptive rate is a token bucket whose capacity is one slice of it (a
-	// larger cost waits for a full bucket and is then charged whole).
-	// Default DefaultSlice. Negative is an error; a Slice at least as long as
-	// the fastest limit's Window turns slicing off.
+	// Slice bounds how much of the fastest limit goes out at once. Work is
+	// released spaced evenly at the fastest limit's rate, Quota per Window
+	// (the fastest: the one of the shortest Window; the slower ones are
+	// budgets it spends): a limit whose Burst is not set — and every
+	// FixedWindow, SlidingLog and SlidingWindow, which have none — releases
+	// one cost unit every Window/Quota, so 50 per second goes out one every
+	// 20 ms, never in batches, whatever the target's burst. A limit whose
+	// Burst is set explicitly may release up to that many at once, when the
+	// pace has left them unused, but never more than Slice's share of it,
+	// Quota×Slice/Window (at least one unit): 50 per second with a Burst of
+	// 5 releases 5 at once, then one every 20 ms. The release is a token
+	// bucket of the limit's rate holding what may go at once; a cost larger
+	// than that waits for a full bucket, goes, and the next release waits
+	// until the rest is paid at the limit's rate (the limits themselves
+	// count the whole cost). The Ceiling, the fastest learned limit and the
+	// adaptive rate are released the same way, one unit at a time (none of
+	// them has a burst). Default DefaultSlice. Negative is an error; a Slice
+	// at least as long as the fastest limit's Window lets its explicit Burst
+	// go out whole.
 	Slice time.Duration
 
 	// MaxInFlight caps the permits held at once (released by Permit.Done):
@@ -71,18 +78,24 @@ type Options struct {
 //
 // Time is the runtime's (time.Now and its timers), so tests drive a Pacer
 // with testing/synctest. A Pacer starts no goroutine of its own: it wakes its
-// waiters from a single timer. It is safe for concurrent use.
+// waiters from a single timer. When that timer fires late (a busy machine),
+// the grant it was armed for is charged at the instant it was due, so that
+// the next one keeps its full interval and the pace does not slow with the
+// latency; one late grant is made up this way, not a backlog. It is safe for
+// concurrent use.
 type Pacer struct {
 	mu sync.Mutex // guards everything below
 
-	fixed    []*gate          // the configured limits, in order (and a slice)
-	all      []*gate          // every gate: see rebuildLocked
-	learned  map[string]*gate // by the target's policy name
-	order    []string         // learned names, in the order first seen
-	adaptive *gate            // the adaptive rate; nil while unlimited
-	slice    time.Duration
-	ctrl     cubic
-	aopts    AdaptiveOptions
+	fixed        []*gate          // the configured limits, in order (and their spacing)
+	all          []*gate          // every gate: see rebuildLocked
+	learned      map[string]*gate // by the target's policy name
+	order        []string         // learned names, in the order first seen
+	adaptive     *gate            // the adaptive rate; nil while unlimited
+	slice        time.Duration
+	ctrl         cubic
+	probe        probe // the slow start
+	adaptiveHeld bool  // the adaptive gate held work back since it was set
+	aopts        AdaptiveOptions
 
 	maxInFlight int
 	inFlight    int
@@ -115,18 +128,16 @@ func (p *Pacer) micros(t time.Time) int64 {
 type gate struct {
 	params *algo.Params
 	state  algo.State
-	// sliced gates smooth the release: a cost above their capacity takes
-	// their whole capacity instead of never fitting.
-	sliced bool
-	// charged gates (the adaptive rate) count a cost above their capacity
-	// whole: it waits for a full bucket and takes it, and the gate then
-	// admits nothing until the rest has been paid at its rate (blockedUntil,
-	// in micros), from an empty bucket.
+	// charged gates (the spacing of a limit, the adaptive rate) count a
+	// cost above their capacity whole: it waits for a full bucket and takes
+	// it, and the gate then admits nothing until the rest has been paid at
+	// its rate (blockedUntil, in micros), from an empty bucket. They are the
+	// Pacer's own: a cost above their capacity is not refused.
 	charged      bool
 	blockedUntil int64
-	// slicedBy is, for a learned limit that is sliced, the FixedWindow gate
-	// that releases its slices (a configured limit's is in Pacer.fixed).
-	slicedBy *gate
+	// spacedBy is, for the fastest learned limit, the gate that spaces its
+	// releases (a configured limit's is in Pacer.fixed).
+	spacedBy *gate
 	// seen is, for a learned limit, when an answer last stated its policy.
 	seen time.Time
 	// exact is, for a learned limit, that the target's r is taken as the
@@ -180,18 +191,19 @@ func New(o Options) (*Pacer, error) {
 			return nil, fmt.Errorf("%w: Limits[%d]: the name %q is used twice", ErrInvalidOptions, i, l.Name)
 		}
 		names[l.Name] = true
-		g, err := newGate(l, now, false)
+		g, err := newGate(l, now)
 		if err != nil {
 			return nil, fmt.Errorf("%w: Limits[%d]: %w", ErrInvalidOptions, i, err)
 		}
 		p.fixed = append(p.fixed, g)
-		// The ceiling gets its own slice (below): it must not take the
-		// slice from a configured limit.
+		// The ceiling gets its own spacing, one unit at a time (it has no
+		// burst of its own): it must not take the spacing from a
+		// configured limit.
 		if l.Name == ceilingName {
-			if s := sliceOf(l, p.slice); s != nil {
-				sg, err := newGate(*s, now, true)
+			if s := spacingOf(l, 0, p.slice); s != nil {
+				sg, err := newSpacingGate(*s, now)
 				if err != nil {
-					return nil, fmt.Errorf("%w: Slice %v of Adaptive.Ceiling: %w", ErrInvalidOptions, p.slice, err)
+					return nil, fmt.Errorf("%w: the spacing of Adaptive.Ceiling: %w", ErrInvalidOptions, err)
 				}
 				p.fixed = append(p.fixed, sg)
 			}
@@ -202,58 +214,83 @@ func New(o Options) (*Pacer, error) {
 		}
 	}
 	if fastest >= 0 {
-		if s := sliceOf(limits[fastest], p.slice); s != nil {
-			g, err := newGate(*s, now, true)
+		l := limits[fastest]
+		if s := spacingOf(l, explicitBurst(l), p.slice); s != nil {
+			g, err := newSpacingGate(*s, now)
 			if err != nil {
-				return nil, fmt.Errorf("%w: Slice %v of Limits[%d]: %w", ErrInvalidOptions, p.slice, fastest, err)
+				return nil, fmt.Errorf("%w: the spacing of Limits[%d] (Slice %v): %w", ErrInvalidOptions, fastest, p.slice, err)
 			}
 			p.fixed = append(p.fixed, g)
 		}
 	}
 	p.ctrl = cubic{beta: a.Beta, c: a.C}
 	p.rebuildLocked()
-	if a.Initial > 0 {
+	if a.Initial > 0 && !math.IsInf(a.Initial, 1) {
 		if err := p.setAdaptive(a.Initial, now); err != nil {
 			return nil, fmt.Errorf("%w: Adaptive.Initial: %w", ErrInvalidOptions, err)
 		}
 	}
+	// Nothing to start from (no limit, no Initial): probe for the target's
+	// limit, from the first request on.
+	p.probe.on = len(o.Limits) == 0 && a.Initial == 0
 	return p, nil
 }
 
-// sliceOf is the FixedWindow that releases l in slices of s, or nil when l
-// needs none (its Window is not longer than s).
-func sliceOf(l sluice.Limit, s time.Duration) *sluice.Limit {
-	if l.Window <= s {
-		return nil
+// spacingName names the gates that space a limit's releases.
+const spacingName = "pace.spacing"
+
+// explicitBurst is l's Burst when it has one and it is set, else 0.
+func explicitBurst(l sluice.Limit) float64 {
+	if l.HasBurst() {
+		return l.Burst
 	}
-	q := l.Quota * float64(s) / float64(l.Window)
-	if q < 1 {
-		// Lengthen the slice to hold one unit: Window/Quota, rounded up to
-		// a microsecond.
-		s = time.Duration(math.Ceil(float64(l.Window)/l.Quota/float64(time.Microsecond))) * time.Microsecond
-		if s >= l.Window {
-			return nil
-		}
-		q = l.Quota * float64(s) / float64(l.Window)
-	}
-	q = math.Floor(q*units.PerCost) / units.PerCost
-	return &sluice.Limit{Name: l.Name + ".slice", Algorithm: sluice.FixedWindow, Quota: q, Window: s}
+	return 0
 }
 
-func newGate(l sluice.Limit, now int64, sliced bool) (*gate, error) {
+// spacingOf is the token bucket that spaces the releases of l (see
+// Options.Slice): l's rate, holding what may go at once — burst, at most
+// slice's share of l (at least one unit), when burst is set; one unit when
+// it is 0. It is nil when l needs none: l is a token bucket or GCRA that
+// holds no more than that itself.
+func spacingOf(l sluice.Limit, burst float64, slice time.Duration) *sluice.Limit {
+	atOnce := 1.0
+	if burst > 0 {
+		atOnce = burst
+		if slice < l.Window {
+			share := l.Quota * float64(slice) / float64(l.Window)
+			atOnce = min(burst, max(math.Floor(share*units.PerCost)/units.PerCost, 1))
+		}
+	}
+	if l.HasBurst() && atOnce >= l.Capacity() {
+		return nil
+	}
+	return &sluice.Limit{Name: spacingName, Algorithm: sluice.TokenBucket, Quota: l.Quota, Window: l.Window, Burst: atOnce}
+}
+
+func newGate(l sluice.Limit, now int64) (*gate, error) {
 	p, err := algo.Compile(l)
 	if err != nil {
 		return nil, err
 	}
 	st := algo.NewState(l.Algorithm)
 	st.Init(p, now)
-	return &gate{params: p, state: st, sliced: sliced}, nil
+	return &gate{params: p, state: st}, nil
+}
+
+// newSpacingGate is the charged gate of a spacing (see spacingOf).
+func newSpacingGate(l sluice.Limit, now int64) (*gate, error) {
+	g, err := newGate(l, now)
+	if err != nil {
+		return nil, err
+	}
+	g.charged = true
+	return g, nil
 }
 
 // atoms is what cost must find in g to be admitted: all of it, or for a
-// sliced or charged gate at most its capacity.
+// charged gate at most its capacity.
 func (g *gate) atoms(cost int64) int64 {
-	if g.sliced || g.charged {
+	if g.charged {
 		return min(cost, g.params.CapacityAtoms())
 	}
 	return cost
@@ -336,7 +373,8 @@ type Reservation struct {
 	first     bool  // queued ahead of the others (a retry)
 	granted   bool
 	grantedAt time.Time
-	done      bool // the permit was given back
+	due       time.Time // when, at the head of the queue, it was found to fit
+	done      bool      // the permit was given back
 	canceled  bool
 }
 
@@ -443,8 +481,8 @@ func (p *Pacer) reserve(cost float64, first bool) (*Reservation, time.Duration, 
 		return nil, 0, ErrClosed
 	}
 	for _, g := range p.fixed {
-		if g.sliced {
-			continue
+		if g.charged {
+			continue // the Pacer's own spacing: any cost fits, charged whole
 		}
 		if _, err := g.params.Cost(cost); err != nil {
 			return nil, 0, fmt.Errorf("pace: limit %q: %w", g.params.Limit.Name, err) // a fraction of a SlidingLog's unit
@@ -454,6 +492,9 @@ func (p *Pacer) reserve(cost float64, first bool) (*Reservation, time.Duration, 
 		}
 	}
 	t := time.Now()
+	if rate, ok := p.probe.begin(t, p.slice); ok {
+		_ = p.setAdaptive(rate, p.micros(t))
+	}
 	r := &Reservation{p: p, cost: cost, atoms: atoms, queued: t, first: first}
 	if len(p.queue) == 0 && (p.maxInFlight == 0 || p.inFlight < p.maxInFlight) {
 		// Nobody ahead: granted now, or queued with the timer armed.
@@ -466,6 +507,7 @@ func (p *Pacer) reserve(cost float64, first bool) (*Reservation, time.Duration, 
 			return r, 0, nil
 		}
 		r.ready = make(chan struct{})
+		r.due = t.Add(wait)
 		p.queue = append(p.queue, r)
 		p.arm(wait)
 		return r, wait, nil
@@ -564,14 +606,15 @@ func (p *Pacer) Close() {
 }
 
 // rebuildLocked lists every gate in p.all: the configured ones (with their
-// slice), the learned ones (each followed by its slice), the adaptive one.
+// spacing), the learned ones (the fastest followed by its spacing), the
+// adaptive one.
 func (p *Pacer) rebuildLocked() {
 	p.all = append(p.all[:0], p.fixed...)
 	for _, name := range p.order {
 		g := p.learned[name]
 		p.all = append(p.all, g)
-		if g.slicedBy != nil {
-			p.all = append(p.all, g.slicedBy)
+		if g.spacedBy != nil {
+			p.all = append(p.all, g.spacedBy)
 		}
 	}
 	if p.adaptive != nil {
@@ -588,8 +631,13 @@ func (p *Pacer) pumpLocked() {
 			return // Done pumps
 		}
 		t := time.Now()
-		wait, err := p.tryLocked(r, t)
+		at := p.chargeAt(r, t)
+		wait, err := p.tryLocked(r, at)
+		if err == nil && wait > 0 && at.Before(t) {
+			wait, err = p.tryLocked(r, t) // it did not fit then: how long from now
+		}
 		if err == nil && wait > 0 {
+			r.due = t.Add(wait)
 			p.arm(wait)
 			return
 		}
@@ -602,6 +650,21 @@ func (p *Pacer) pumpLocked() {
 		}
 		p.grantLocked(r, t)
 	}
+}
+
+// chargeAt is the instant the gates judge r at, now t: the instant r was
+// found to fit, when r waited for it and the timer woke up late — so that
+// the runtime's timer latency does not slow the pace (a late grant charged
+// when it was due leaves the next one its full interval) — or else t. It
+// makes up one late grant: a second is judged at t. A hold or a credit that
+// came after the due instant has it judged at t too.
+func (p *Pacer) chargeAt(r *Reservation, t time.Time) time.Time {
+	due := r.due
+	r.due = time.Time{}
+	if due.IsZero() || due.After(t) || due.Before(p.holdUntil) || (p.credit > 0 && due.Before(p.creditAt)) {
+		return t
+	}
+	return due
 }
 
 // tryLocked spends r's cost at t if every gate admits it, and otherwise says
@@ -632,7 +695,12 @@ func (p *Pacer) tryLocked(r *Reservation, t time.Time) (wait time.Duration, err 
 	now := p.micros(t)
 	for _, g := range p.all {
 		if g.charged {
-			wait = max(wait, g.blocked(now))
+			if d := g.blocked(now); d > 0 {
+				wait = max(wait, d)
+				if g == p.adaptive {
+					p.adaptiveHeld = true // the adaptive rate holds work back
+				}
+			}
 		}
 	}
 	if wait > 0 {
@@ -651,6 +719,9 @@ func (p *Pacer) tryLocked(r *Reservation, t time.Time) (wait time.Duration, err 
 		res, err := g.state.Step(g.params, algo.Call{Now: now, Cost: g.atoms(r.atoms), Clamp: true}, false)
 		if err != nil {
 			return 0, fmt.Errorf("pace: cost %v: %w", r.cost, err)
+		}
+		if res.RetryAfter() > 0 && g == p.adaptive {
+			p.adaptiveHeld = true // the adaptive rate holds work back
 		}
 		wait = max(wait, res.RetryAfter())
 	}
@@ -730,7 +801,9 @@ type Stats struct {
 	// the last second (ten buckets of 100 ms).
 	EffectiveRate float64
 	// Rate is the rate in use, in cost per second: the slowest of the
-	// configured, learned and adaptive limits; +Inf when there is none.
+	// configured, learned and adaptive limits (the slow start's included);
+	// +Inf when there is none (a Pacer told nothing, before its first
+	// request).
 	Rate float64
 	// Holds counts the times the hold was lengthened (a Retry-After, or a
 	// RateLimit or X-RateLimit-* field saying nothing is left until a

@@ -79,3 +79,53 @@ func spentPacer(t *testing.T) (*Pacer, time.Time) {
 	<-a.Ready()
 	return p, start
 }
+
+// TestLateTimer: when the timer fires late (a busy machine), the grant it was
+// armed for is charged at the instant it was due, so that the next keeps its
+// full interval; one late grant is made up, not a backlog. 50 per second, no
+// burst: due at 0, 20, 40, 60 ms.
+func TestLateTimer(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		late time.Duration // how late the timer of the 20 ms grant fires
+		want []time.Duration
+	}{
+		{"on time", 0, []time.Duration{0, 20 * time.Millisecond, 40 * time.Millisecond, 60 * time.Millisecond}},
+		// Charged at 20 ms: the next is still due at 40 ms (it would be at
+		// 45 ms, had the grant been charged when the timer fired).
+		{"5 ms late", 5 * time.Millisecond, []time.Duration{0, 25 * time.Millisecond, 40 * time.Millisecond, 60 * time.Millisecond}},
+		// Later than an interval: the 40 ms grant goes with it, at 70 ms,
+		// and the one after keeps its interval from there; the 60 ms one is
+		// not made up.
+		{"50 ms late", 50 * time.Millisecond, []time.Duration{0, 70 * time.Millisecond, 70 * time.Millisecond, 90 * time.Millisecond}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p, err := New(Options{Limits: []sluice.Limit{{Name: "api", Quota: 50, Window: time.Second}}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(p.Close)
+				start := time.Now()
+				rs := make([]*Reservation, 4)
+				for i := range rs {
+					rs[i], _ = p.Reserve(1)
+				}
+				if c.late > 0 {
+					p.mu.Lock()
+					p.timer.Stop() // the runtime is busy elsewhere
+					p.timerAt = time.Time{}
+					p.mu.Unlock()
+					time.Sleep(20*time.Millisecond + c.late)
+					p.fire()
+				}
+				for i, r := range rs {
+					<-r.Ready()
+					if got := r.grantedAt.Sub(start); got != c.want[i] {
+						t.Errorf("grant %d at %v, want %v", i, got, c.want[i])
+					}
+				}
+			})
+		})
+	}
+}

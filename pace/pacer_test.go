@@ -69,44 +69,49 @@ func countBy(at []time.Duration) map[time.Duration]int {
 	return m
 }
 
+// TestSlices: a limit with an explicit Burst releases at most the slice's
+// share of it at once. (Before the spacing, every limit was released a
+// slice at a time — 20 of 100 per second at 0, 200, 400 ms — whatever its
+// burst; a limit without one is now spaced evenly: see TestSpacing.)
 func TestSlices(t *testing.T) {
-	// 100 per second, in the default slices of 200 ms: 20 at each slice,
-	// never 100 at once; then the bucket (burst 100, emptied by 5 slices
-	// of 20... no: refilled as fast as it is spent) keeps 20 per slice.
+	// 100 per second, a Burst of 100: 20 at once (the slice's share), then
+	// one every 10 ms, as the bucket refills.
 	synctest.Test(t, func(t *testing.T) {
-		p := newPacer(t, pace.Options{Limits: []sluice.Limit{{Name: "api", Quota: 100, Window: time.Second}}})
-		got := countBy(grantTimes(t, p, ones(100)...))
-		want := map[time.Duration]int{0: 20, 200 * time.Millisecond: 20, 400 * time.Millisecond: 20, 600 * time.Millisecond: 20, 800 * time.Millisecond: 20}
+		p := newPacer(t, pace.Options{Limits: []sluice.Limit{{Name: "api", Quota: 100, Window: time.Second, Burst: 100}}})
+		got := countBy(grantTimes(t, p, ones(22)...))
+		want := map[time.Duration]int{0: 20, 10 * time.Millisecond: 1, 20 * time.Millisecond: 1}
 		if !mapsEqual(got, want) {
 			t.Errorf("grants by instant: got %v, want %v", got, want)
 		}
 	})
-	// Slicing off (Slice ≥ Window): the whole burst at once.
+	// Slicing off (Slice ≥ Window): the whole explicit burst at once.
 	synctest.Test(t, func(t *testing.T) {
-		p := newPacer(t, pace.Options{Limits: []sluice.Limit{{Name: "api", Quota: 100, Window: time.Second}}, Slice: time.Second})
+		p := newPacer(t, pace.Options{Limits: []sluice.Limit{{Name: "api", Quota: 100, Window: time.Second, Burst: 100}}, Slice: time.Second})
 		got := countBy(grantTimes(t, p, ones(101)...))
 		want := map[time.Duration]int{0: 100, 10 * time.Millisecond: 1}
 		if !mapsEqual(got, want) {
 			t.Errorf("unsliced grants by instant: got %v, want %v", got, want)
 		}
 	})
-	// A slice under one unit is lengthened to hold one: 2 per second with
-	// 200 ms slices goes out one every 500 ms.
+	// A slice's share under one unit holds one: 2 per second with a Burst
+	// of 2 and 200 ms slices goes out one every 500 ms.
 	synctest.Test(t, func(t *testing.T) {
-		p := newPacer(t, pace.Options{Limits: []sluice.Limit{{Name: "api", Quota: 2, Window: time.Second}}})
+		p := newPacer(t, pace.Options{Limits: []sluice.Limit{{Name: "api", Quota: 2, Window: time.Second, Burst: 2}}})
 		got := grantTimes(t, p, ones(4)...)
 		want := []time.Duration{0, 500 * time.Millisecond, time.Second, 1500 * time.Millisecond}
 		if !slices.Equal(got, want) {
 			t.Errorf("got %v, want %v", got, want)
 		}
 	})
-	// A cost larger than a slice waits for a fresh slice and takes it all;
-	// the limit still counts the whole cost: after 50 at 0 and 50 at
-	// 200 ms the bucket holds 20, and 1 more goes at the next slice.
+	// A cost larger than what may go at once (20) waits for all of it,
+	// goes, and the next release waits until the rest is paid at the
+	// limit's rate: 50 at 0 pays its 30 more until 300 ms, and the next 50
+	// waits for 20 more, at 500 ms; it pays until 800 ms, when 1 goes at
+	// 810 ms, and 20 at 1.01 s.
 	synctest.Test(t, func(t *testing.T) {
-		p := newPacer(t, pace.Options{Limits: []sluice.Limit{{Name: "api", Quota: 100, Window: time.Second}}})
+		p := newPacer(t, pace.Options{Limits: []sluice.Limit{{Name: "api", Quota: 100, Window: time.Second, Burst: 100}}})
 		got := grantTimes(t, p, 50, 50, 1, 20)
-		want := []time.Duration{0, 200 * time.Millisecond, 400 * time.Millisecond, 600 * time.Millisecond}
+		want := []time.Duration{0, 500 * time.Millisecond, 810 * time.Millisecond, 1010 * time.Millisecond}
 		if !slices.Equal(got, want) {
 			t.Errorf("got %v, want %v", got, want)
 		}
@@ -127,8 +132,9 @@ func mapsEqual(a, b map[time.Duration]int) bool {
 
 func TestSeveralWindows(t *testing.T) {
 	// 10 per second, 30 per minute (a token bucket refilling 0.5 per
-	// second): 30 go out in 3 s, two per 200 ms slice; then the per-minute
-	// budget decides.
+	// second): 30 go out in 3 s, one every 100 ms (the fastest limit's
+	// spacing; they went two per 200 ms slice before the spacing); then the
+	// per-minute budget decides.
 	synctest.Test(t, func(t *testing.T) {
 		p := newPacer(t, pace.Options{Limits: []sluice.Limit{
 			{Name: "second", Quota: 10, Window: time.Second},
@@ -136,13 +142,13 @@ func TestSeveralWindows(t *testing.T) {
 		}})
 		at := grantTimes(t, p, ones(33)...)
 		for i := range 30 {
-			if want := time.Duration(i/2) * 200 * time.Millisecond; at[i] != want {
+			if want := time.Duration(i) * 100 * time.Millisecond; at[i] != want {
 				t.Errorf("grant %d at %v, want %v", i, at[i], want)
 			}
 		}
-		// The per-minute bucket refilled 1.4 while those went out: the
-		// 31st goes at the next slice (3 s), leaving 0.5; then one every
-		// 2 s as it refills at 0.5 per second.
+		// The per-minute bucket refilled 1.45 while those went out: the
+		// 31st goes 100 ms later (3 s), leaving 0.5; then one every 2 s as
+		// it refills at 0.5 per second.
 		for i, want := range []time.Duration{3 * time.Second, 4 * time.Second, 6 * time.Second} {
 			if at[30+i] != want {
 				t.Errorf("grant %d at %v, want %v", 30+i, at[30+i], want)
@@ -311,8 +317,10 @@ func TestWaitRefusals(t *testing.T) {
 
 func TestFirstComeFirstServed(t *testing.T) {
 	// A large cost at the head is not overtaken by small ones behind it.
+	// (The Burst is explicit, so that the bucket goes out whole: without
+	// one the limit is spaced, and a cost of 10 takes a second of it.)
 	synctest.Test(t, func(t *testing.T) {
-		p := newPacer(t, pace.Options{Limits: []sluice.Limit{{Name: "api", Quota: 10, Window: time.Second}}, Slice: time.Second})
+		p := newPacer(t, pace.Options{Limits: []sluice.Limit{{Name: "api", Quota: 10, Window: time.Second, Burst: 10}}, Slice: time.Second})
 		got := grantTimes(t, p, 10, 10, 1, 1)
 		want := []time.Duration{0, time.Second, 1100 * time.Millisecond, 1200 * time.Millisecond}
 		if !slices.Equal(got, want) {
@@ -323,7 +331,8 @@ func TestFirstComeFirstServed(t *testing.T) {
 
 func TestHoldUntil(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := newPacer(t, pace.Options{})
+		// Unlimited (no slow start), so that only the hold decides.
+		p := newPacer(t, pace.Options{Adaptive: pace.AdaptiveOptions{Initial: math.Inf(1)}})
 		start := time.Now()
 		p.HoldUntil(start.Add(3 * time.Second))
 		p.HoldUntil(start.Add(time.Second)) // shorter: ignored
@@ -441,9 +450,10 @@ func TestCubic(t *testing.T) {
 	// climbs along 0.4(t−K)³ + 100, K = ∛(100 × 0.3 / 0.4) ≈ 4.217 s,
 	// reaching 100 at K, and goes on beyond it. The client keeps sending
 	// as fast as the rate allows and reports each answer, as a Transport
-	// does.
+	// does. The Pacer starts unlimited (Initial +Inf: no slow start), so
+	// that the client measures 100 per second before the throttle.
 	synctest.Test(t, func(t *testing.T) {
-		p := newPacer(t, pace.Options{})
+		p := newPacer(t, pace.Options{Adaptive: pace.AdaptiveOptions{Initial: math.Inf(1)}})
 		for range 100 {
 			r, _ := p.Wait(context.Background(), 1)
 			r.Done()
@@ -590,12 +600,13 @@ func TestAdaptiveEdges(t *testing.T) {
 func TestAdaptiveEdgesAgain(t *testing.T) {
 	// The adaptive rate counts a cost whole: 10 per second and a cost of
 	// 10 is one request a second (it once took at most a slice's worth,
-	// five requests a second). A cost above the bucket (a slice: 2) takes
-	// a full bucket and blocks the gate until the rest is paid.
+	// five requests a second). A cost above the bucket (one unit: the
+	// adaptive rate is spaced; it held a slice, 2, before) takes a full
+	// bucket and blocks the gate until the rest is paid.
 	synctest.Test(t, func(t *testing.T) {
 		p := newPacer(t, pace.Options{Adaptive: pace.AdaptiveOptions{Initial: 10}})
 		got := grantTimes(t, p, 10, 10, 10, 10, 1, 1)
-		want := []time.Duration{0, time.Second, 2 * time.Second, 3 * time.Second, 3900 * time.Millisecond, 4 * time.Second}
+		want := []time.Duration{0, time.Second, 2 * time.Second, 3 * time.Second, 4 * time.Second, 4100 * time.Millisecond}
 		if !slices.Equal(got, want) {
 			t.Errorf("cost 10 at 10 per second: granted at %v, want %v", got, want)
 		}
@@ -649,11 +660,12 @@ func TestAdaptiveEdgesAgain(t *testing.T) {
 			t.Errorf("forgotten %d, rate %v; want the day policy forgotten and 100/s (or more) in force", s.Forgotten, s.Rate)
 		}
 	})
-	// A ceiling does not take the slice from a configured limit: 100 per
-	// 10 s goes out 2 every 200 ms with or without a ceiling.
+	// A ceiling does not take the spacing from a configured limit: 100 per
+	// 10 s goes out one every 100 ms with or without a ceiling (2 every 200
+	// ms before the spacing).
 	synctest.Test(t, func(t *testing.T) {
 		p := newPacer(t, pace.Options{Limits: []sluice.Limit{{Name: "api", Quota: 100, Window: 10 * time.Second}}, Adaptive: pace.AdaptiveOptions{Ceiling: 1000}})
-		if got, want := grantTimes(t, p, 1, 1, 1), []time.Duration{0, 0, 200 * time.Millisecond}; !slices.Equal(got, want) {
+		if got, want := grantTimes(t, p, 1, 1, 1), []time.Duration{0, 100 * time.Millisecond, 200 * time.Millisecond}; !slices.Equal(got, want) {
 			t.Errorf("with a ceiling: granted at %v, want %v", got, want)
 		}
 	})

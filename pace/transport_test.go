@@ -130,10 +130,22 @@ func (p bodyInProcess) RoundTrip(req *http.Request) (*http.Response, error) {
 	return rec.Result(), nil
 }
 
-// newTestTransport is a Transport to h, served in process.
+// newTestTransport is a Transport to h, served in process. Without a Pacer
+// of o's own, it gets one that starts unlimited (Adaptive.Initial +Inf):
+// these tests are about the Transport's retries, holds and breaker, and the
+// slow start of a Pacer told nothing (tested on its own) would space their
+// tries.
 func newTestTransport(t *testing.T, h http.Handler, o pace.TransportOptions) *pace.Transport {
 	t.Helper()
 	o.Base = bodyInProcess{h}
+	if o.Pacer == nil {
+		p, err := pace.New(pace.Options{Adaptive: pace.AdaptiveOptions{Initial: math.Inf(1)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(p.Close)
+		o.Pacer = p
+	}
 	tr, err := pace.NewTransport(o)
 	if err != nil {
 		t.Fatal(err)
