@@ -182,3 +182,33 @@ func TestOptionsRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestLearnedRateKept: a limit the target states is kept across a restart
+// and the next run starts at it.
+func TestLearnedRateKept(t *testing.T) {
+	tg := newLimited(t, sluice.Limit{Name: "per_second", Quota: 40, Window: time.Second})
+	dir := t.TempDir()
+	o := oneTarget(tg.URL, nil)
+	o.Open = boltOpener(dir)
+	o.StateFile = filepath.Join(dir, "state.json")
+	r := start(t, o)
+	enqueueAll(t, r.Relay, "jobs", 200)
+	for end := time.Now().Add(10 * time.Second); tg.ok.Load() < 60 && time.Now().Before(end); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	s, _ := r.Stats(context.Background(), "jobs")
+	if s.LimitSource != "learned" || s.Limit != 40 {
+		t.Fatalf("while running: %v from %s", s.Limit, s.LimitSource)
+	}
+	r.stop()
+	o.Logger = quietLog()
+	again, err := relay.New(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	s, _ = again.Stats(context.Background(), "jobs")
+	if s.LimitSource != "kept" || s.Limit != 40 {
+		t.Fatalf("after a restart: %v from %s, want 40 kept", s.Limit, s.LimitSource)
+	}
+}

@@ -70,7 +70,8 @@ type QueueStats struct {
 	EffectiveRate float64
 	// Limit is the target's rate in use, in cost per second (+Inf when it
 	// is not known yet), and LimitSource where it comes from:
-	// "configuration", "api", "learned", "adaptive" or "unknown".
+	// "configuration", "api", "learned", "kept" (learned by an earlier
+	// run and not restated yet), "adaptive" or "unknown".
 	Limit       float64
 	LimitSource string
 	// Share is the part of Limit the queue may expect while the other
@@ -201,6 +202,8 @@ func (t *target) sourceOf(ps pace.Stats, cfg Target) string {
 	switch {
 	case math.IsInf(ps.Rate, 0):
 		return "unknown"
+	case len(cfg.Limits) == 0 && t.kept > 0 && ps.Learned == 0 && ps.Throttled == 0:
+		return "kept"
 	case configured > 0 && ps.Rate >= configured*(1-1e-9):
 		if src := t.limitSource(); src != "" {
 			return src

@@ -45,6 +45,7 @@ type target struct {
 	transport http.RoundTripper // Options.Transport, or nil
 	ownTrans  *http.Transport   // the egress transport built here (closed on close)
 	keepMax   int               // the backend's result bound less room for the envelope
+	kept      float64           // the rate the Pacer started at, kept from an earlier run (0: none)
 
 	lanes []*lane // fixed after New
 
@@ -72,6 +73,10 @@ func newTarget(tc Target, transport http.RoundTripper, state *stateFile, log *sl
 	}
 	t.cfg.Limits, t.limSource = limits, source
 	initial, _ := state.learned(tc.Name)
+	if len(limits) > 0 {
+		initial = 0
+	}
+	t.kept = initial
 	if t.pacer, err = newPacer(t.cfg, initial); err != nil {
 		return nil, optionsError("target %s: %v", tc.Name, err)
 	}
@@ -200,16 +205,20 @@ func (t *target) limitSource() string {
 	return t.limSource
 }
 
-// learnedRate is the rate to keep for the next run: the Pacer's rate in
-// use when no limit is configured (what it learned or probed).
+// learnedRate is the rate to keep for the next run, when no limit is
+// configured: the limit the target stated (RateLimit-Policy, RateLimit,
+// X-RateLimit-*). A rate CUBIC reached after 429s is not kept: a Pacer
+// started at a rate holds it until the next throttle, and a rate taken
+// just after a decrease would keep the relay below the target's limit for
+// good; slow start finds it again in a second or two.
 func (t *target) learnedRate() (float64, bool) {
 	p, _, _, cfg := t.current()
 	if len(cfg.Limits) > 0 {
 		return 0, false
 	}
 	s := p.Stats()
-	if s.Throttled == 0 && s.Learned == 0 {
-		return 0, false // nothing learned yet
+	if s.Learned == 0 {
+		return 0, false // nothing stated by the target
 	}
 	if math.IsInf(s.Rate, 0) || s.Rate <= 0 {
 		return 0, false
