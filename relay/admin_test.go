@@ -212,3 +212,36 @@ func TestLearnedRateKept(t *testing.T) {
 		t.Fatalf("after a restart: %v from %s, want 40 kept", s.Limit, s.LimitSource)
 	}
 }
+
+// TestETAWithSeveralWindows: the release rate is the fastest limit's; a
+// slower limit with a longer window counts once the backlog passes its
+// capacity (found running the README's commands: a per-day quota
+// made the limit 1.16/s and the ETA twelve minutes for 17 s of work).
+func TestETAWithSeveralWindows(t *testing.T) {
+	cases := []struct {
+		name   string
+		limits []sluice.Limit
+		limit  float64
+		eta    time.Duration
+	}{
+		{"per second and per day", []sluice.Limit{{Name: "s", Quota: 50, Window: time.Second}, {Name: "d", Quota: 100000, Window: 24 * time.Hour}}, 50, 2 * time.Second},
+		{"per second and per minute, the minute binding", []sluice.Limit{{Name: "s", Quota: 50, Window: time.Second}, {Name: "m", Quota: 60, Window: time.Minute}}, 50, 40 * time.Second},
+	}
+	for _, c := range cases {
+		tg := newTarget(t, nil)
+		r := start(t, oneTarget(tg.URL, func(tc *relay.Target) { tc.Limits = c.limits }))
+		if err := r.Pause("jobs"); err != nil {
+			t.Fatal(err)
+		}
+		enqueueAll(t, r.Relay, "jobs", 100)
+		time.Sleep(1100 * time.Millisecond)
+		s, err := r.Stats(context.Background(), "jobs")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Limit != c.limit || !s.ETAKnown || s.ETA.Round(time.Millisecond) != c.eta {
+			t.Errorf("%s: limit %v, ETA %v (known %v); want %v and %v", c.name, s.Limit, s.ETA, s.ETAKnown, c.limit, c.eta)
+		}
+		r.stop()
+	}
+}

@@ -68,8 +68,11 @@ type QueueStats struct {
 	// EffectiveRate is the cost released per second over the last five
 	// seconds.
 	EffectiveRate float64
-	// Limit is the target's rate in use, in cost per second (+Inf when it
-	// is not known yet), and LimitSource where it comes from:
+	// Limit is the rate the target's work is released at now, in cost per
+	// second: the fastest configured limit's, or a lower rate learned or
+	// adapted from the target's answers (+Inf when nothing is known yet);
+	// a slower limit with a long window (per day) counts in the ETA once
+	// its capacity would be spent. LimitSource says where it comes from:
 	// "configuration", "api", "learned", "kept" (learned by an earlier
 	// run and not restated yet), "adaptive" or "unknown".
 	Limit       float64
@@ -134,17 +137,18 @@ func (r *Relay) Stats(ctx context.Context, queueName string) (QueueStats, error)
 		Depth: qs.Depth, Ready: qs.Ready, Scheduled: qs.Scheduled, InFlight: qs.Leased,
 		Succeeded: qs.Succeeded, Dead: qs.Dead, Cancelled: qs.Cancelled,
 		OldestAge: qs.OldestReady, EffectiveRate: l.meter.over(now, meterBuckets),
-		Limit: ps.Rate, LimitSource: t.sourceOf(ps, cfg),
+		Limit: releaseRate(ps, cfg, 0), LimitSource: t.sourceOf(ps, cfg),
 		Delivered: l.delivered.Load(), Throttled: l.throttled.Load(), Failed: l.failed.Load(), DeadLettered: l.dead.Load(),
 		Durability: qs.Durability, At: at,
 	}
 	if n := l.waitN.Load(); n > 0 {
 		s.MeanWait = time.Duration(l.waitSum.Load() / int64(n))
 	}
-	s.Share = l.expectedShare(ps.Rate, s.EffectiveRate)
+	s.Limit = releaseRate(ps, cfg, s.EffectiveRate)
+	s.Share = l.expectedShare(s.Limit, s.EffectiveRate)
 	if s.Share > 0 {
 		s.ETAKnown = true
-		s.ETA = time.Duration(float64(qs.Depth) / s.Share * float64(time.Second))
+		s.ETA = drainTime(float64(qs.Depth), s.Share, s.Limit, cfg.Limits)
 	} else if qs.Depth == 0 {
 		s.ETAKnown = true
 	}
@@ -219,14 +223,54 @@ func (t *target) sourceOf(ps pace.Stats, cfg Target) string {
 
 // record appends a history sample.
 func (l *lane) record(now time.Time) {
-	p, _, _, _ := l.target.current()
+	p, _, _, cfg := l.target.current()
 	rate := l.meter.over(now, meterBuckets)
+	limit := releaseRate(p.Stats(), cfg, rate)
 	l.statsMu.Lock()
 	defer l.statsMu.Unlock()
-	l.history = append(l.history, Sample{At: now, EffectiveRate: rate, Limit: p.Stats().Rate, Depth: l.stats.Depth})
+	l.history = append(l.history, Sample{At: now, EffectiveRate: rate, Limit: limit, Depth: l.stats.Depth})
 	if len(l.history) > historyLen {
 		l.history = l.history[len(l.history)-historyLen:]
 	}
+}
+
+// releaseRate is the rate the target's work is released at now, in cost
+// per second: the fastest configured limit's (the Pacer spaces releases at
+// it; a slower limit with a longer window — a quota per day — binds only
+// once its capacity is spent, which drainTime counts), unless a rate
+// learned or adapted from the target's answers is lower; +Inf when nothing
+// is known. measured (the queue's effective rate) stands for an adaptive
+// rate the Pacer does not report on its own, after throttled answers.
+func releaseRate(ps pace.Stats, cfg Target, measured float64) float64 {
+	fastest := 0.0
+	for _, lim := range cfg.Limits {
+		fastest = max(fastest, lim.Quota/lim.Window.Seconds())
+	}
+	switch {
+	case fastest == 0:
+		return ps.Rate
+	case ps.Rate < configuredRate(cfg.Limits)*(1-1e-9):
+		return ps.Rate // a learned or adaptive rate under every configured one
+	case ps.Throttled > 0 && measured > 0 && measured < fastest:
+		return measured
+	}
+	return fastest
+}
+
+// drainTime is how long a backlog of depth (in tasks, each of cost about
+// one) takes at share, and no less than what each configured limit allows
+// past its capacity (assuming its quota unspent: the Pacer does not say
+// what is left of a quota per day).
+func drainTime(depth, share, release float64, limits []sluice.Limit) time.Duration {
+	seconds := depth / share
+	for _, lim := range limits {
+		if over := depth - lim.Capacity(); over > 0 {
+			// The queue's part of the limit, as of the release rate.
+			rate := lim.Quota / lim.Window.Seconds() * share / release
+			seconds = max(seconds, over/rate)
+		}
+	}
+	return time.Duration(seconds * float64(time.Second))
 }
 
 // configuredRate is the slowest configured limit's rate, in cost per
