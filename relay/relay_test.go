@@ -3,6 +3,7 @@ package relay_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"net/http"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/logtest"
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/relay"
 )
@@ -254,5 +256,66 @@ func TestPauseCancelAndStats(t *testing.T) {
 	}
 	if arr := tg.got(); len(arr) != 1 || arr[0].Path != "/a" {
 		t.Fatalf("arrivals %+v", arr)
+	}
+}
+
+// TestFailuresSummarised: 30 failed deliveries make at most one log line
+// per LogEvery, never one each, and the lines count them all.
+func TestFailuresSummarised(t *testing.T) {
+	tg := newTarget(t, func(_ int, w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusBadGateway) })
+	var logs logtest.Buffer
+	o := oneTarget(tg.URL, func(tc *relay.Target) {
+		tc.Retry.BaseDelay, tc.Retry.MaxDelay = time.Millisecond, time.Millisecond
+		tc.Breaker.Failures = 1000
+	})
+	o.Logger = logs.Logger()
+	o.LogEvery = 300 * time.Millisecond
+	r := start(t, o)
+	var reqs []relay.Request
+	for i := range 10 {
+		reqs = append(reqs, relay.Request{URL: fmt.Sprintf("/%d", i), MaxAttempts: 3})
+	}
+	got, err := r.Enqueue(context.Background(), "jobs", reqs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	for _, a := range got {
+		if info := waitFinished(t, r.Relay, a.ID, 10*time.Second); info.State != queue.Dead {
+			t.Fatalf("%s: %s", a.ID, info.State)
+		}
+	}
+	r.stop() // flushes the last summary
+	elapsed := time.Since(began)
+	lines := logs.Count(t, "relay: deliveries refused or failed")
+	failed := strings.Count(logs.String(), `"last_failure":"502 Bad Gateway"`)
+	t.Logf("30 failed deliveries in %v: %d summary lines", elapsed.Round(time.Millisecond), lines)
+	if lines == 0 || lines > int(elapsed/o.LogEvery)+2 || failed != lines {
+		t.Fatalf("%d summary lines in %v (every %v), %d naming the failure:\n%s", lines, elapsed, o.LogEvery, failed, logs.String())
+	}
+	if n := len(tg.got()); n != 30 {
+		t.Fatalf("%d sends, want 30", n)
+	}
+}
+
+// TestRedirectOffOriginSendsNothing: a target that redirects to another
+// server (on loopback, allowed, but another origin): that server receives
+// nothing, the task dies with the redirect's status.
+func TestRedirectOffOriginSendsNothing(t *testing.T) {
+	other := newTarget(t, nil)
+	tg := newTarget(t, func(_ int, w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, other.URL+"/stolen", http.StatusTemporaryRedirect)
+	})
+	r := start(t, oneTarget(tg.URL, nil))
+	got, err := r.Enqueue(context.Background(), "jobs", relay.Request{URL: "/x", Body: []byte("secret")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	info := waitFinished(t, r.Relay, got[0].ID, 5*time.Second)
+	if info.State != queue.Dead || !strings.HasPrefix(info.Outcome, "307") {
+		t.Fatalf("%s %q", info.State, info.Outcome)
+	}
+	if n := len(other.got()); n != 0 {
+		t.Fatalf("the other origin received %d requests", n)
 	}
 }
