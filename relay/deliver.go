@@ -202,12 +202,32 @@ func readKept(r io.Reader, n int) ([]byte, bool, error) {
 	return body, false, nil
 }
 
-// keep returns the answer's kept header fields.
+// Bounds of the kept header fields: a target's answer cannot make the
+// kept result outgrow the backend's bound (the Ack would fail, and the
+// task be delivered again and again).
+const (
+	maxKeptValue  = 1 << 10
+	maxKeptValues = 8
+	maxKeptBytes  = 4 << 10
+)
+
+// keep returns the answer's kept header fields, each value cut to
+// maxKeptValue bytes, at most maxKeptValues per field and maxKeptBytes in
+// all.
 func keep(h http.Header, extra []string) http.Header {
 	out := http.Header{}
+	total := 0
 	for _, name := range append(slices.Clone(keptHeaders), extra...) {
-		if v := h.Values(name); len(v) > 0 {
-			out[http.CanonicalHeaderKey(name)] = slices.Clone(v)
+		for i, v := range h.Values(name) {
+			if i == maxKeptValues || total >= maxKeptBytes {
+				break
+			}
+			if len(v) > maxKeptValue {
+				v = v[:maxKeptValue]
+			}
+			total += len(name) + len(v)
+			key := http.CanonicalHeaderKey(name)
+			out[key] = append(out[key], v)
 		}
 	}
 	if len(out) == 0 {

@@ -57,8 +57,11 @@ type lane struct {
 	downSince atomic.Int64
 }
 
+// capBody bounds a request's body so that the stored request fits the
+// backend's payload bound: the body travels in base64 (4 bytes for 3),
+// beside the path and the headers.
 func (l *lane) capBody(maxPayload int) {
-	room := max(0, maxPayload-16<<10-MaxHeaderBytes/4)
+	room := max(0, (maxPayload-MaxHeaderBytes-MaxRefBytes)*3/4)
 	if l.maxBody == 0 || l.maxBody > room {
 		l.maxBody = room
 	}

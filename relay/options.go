@@ -124,8 +124,9 @@ type Queue struct {
 	// queues and comes back the moment it has work again. The reserved
 	// shares of one target sum to at most 1. Default 0.
 	Reserved float64
-	// MaxBody bounds a request's body, in bytes; default 1 MiB less 16
-	// KiB (room for the URL and headers in the backend's payload bound).
+	// MaxBody bounds a request's body, in bytes; default, and at most,
+	// what fits the backend's payload bound with the path and the headers
+	// (the body is stored in base64): 744 KiB under a 1 MiB bound.
 	MaxBody int
 }
 

@@ -319,3 +319,51 @@ func TestRedirectOffOriginSendsNothing(t *testing.T) {
 		t.Fatalf("the other origin received %d requests", n)
 	}
 }
+
+// TestHostileAnswerStillRecorded: a target answering 200 with a huge
+// Location and a long body: the kept answer is cut to its bounds and the
+// task succeeds once (an answer too large to keep would fail the Ack and
+// bring the task back again and again).
+func TestHostileAnswerStillRecorded(t *testing.T) {
+	tg := newTarget(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Location", strings.Repeat("L", 200<<10))
+		for range 2 {
+			w.Header().Add("Content-Type", strings.Repeat("c", 900))
+		}
+		_, _ = w.Write(make([]byte, 1<<20))
+	})
+	r := start(t, oneTarget(tg.URL, nil))
+	got, err := r.Enqueue(context.Background(), "jobs", relay.Request{URL: "/x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	info := waitFinished(t, r.Relay, got[0].ID, 5*time.Second)
+	if info.State != queue.Succeeded || info.Answer == nil || !info.Answer.Truncated || len(info.Answer.Header.Get("Location")) != 1<<10 || len(info.Answer.Body) != relay.DefaultKeepBody {
+		t.Fatalf("%s %q answer %+v", info.State, info.Outcome, info.Answer != nil)
+	}
+	if n := len(tg.got()); n != 1 {
+		t.Fatalf("%d sends, want 1", n)
+	}
+}
+
+// TestLargestBodyFits: the largest body a queue accepts is stored and
+// delivered whole (the stored request is base64, a third larger).
+func TestLargestBodyFits(t *testing.T) {
+	tg := newTarget(t, nil)
+	r := start(t, oneTarget(tg.URL, nil))
+	var largest int
+	for n := 700 << 10; ; n += 4 << 10 {
+		_, err := r.Enqueue(context.Background(), "jobs", relay.Request{URL: "/probe", Body: make([]byte, n), Key: fmt.Sprint("k", n)})
+		if err != nil {
+			var re *relay.RequestError
+			if !errors.As(err, &re) || re.Field != "body" || !errors.Is(err, relay.ErrTooLarge) {
+				t.Fatalf("a body of %d bytes: %v (want the body refused as too large, not the stored payload)", n, err)
+			}
+			break
+		}
+		largest = n
+	}
+	if largest < 700<<10 {
+		t.Fatalf("largest body %d", largest)
+	}
+}

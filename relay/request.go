@@ -55,6 +55,9 @@ type Request struct {
 // be: a year and a day.
 const MaxAhead = 366 * 24 * time.Hour
 
+// MaxRefBytes is the longest path a stored request keeps (egress.MaxRef).
+const MaxRefBytes = egress.MaxRef
+
 // MaxHeaderBytes bounds the header fields of one request (names and
 // values), as a server bounds what it reads.
 const MaxHeaderBytes = 64 << 10
