@@ -245,3 +245,48 @@ func TestETAWithSeveralWindows(t *testing.T) {
 		r.stop()
 	}
 }
+
+// TestDailyQuotaDoesNotStarveTheFeeder: with a per-day quota beside the
+// per-second limit, the relay still releases at the per-second rate and
+// leases slices, not one task at a time (the slowest limit's rate,
+// 1.16/s, once sized its leases).
+func TestDailyQuotaDoesNotStarveTheFeeder(t *testing.T) {
+	tg := newTarget(t, nil)
+	dir := t.TempDir()
+	var leases atomic.Int64
+	o := oneTarget(tg.URL, func(tc *relay.Target) {
+		tc.Limits = []sluice.Limit{{Name: "s", Quota: 200, Window: time.Second}, {Name: "d", Quota: 100000, Window: 24 * time.Hour}}
+	})
+	open := boltOpener(dir)
+	o.Open = func(ctx context.Context, name string) (queue.Queue, error) {
+		q, err := open(ctx, name)
+		return countingLeases{q, &leases}, err
+	}
+	r := start(t, o)
+	enqueueAll(t, r.Relay, "jobs", 400)
+	begin := time.Now()
+	for len(tg.got()) < 400 {
+		if time.Since(begin) > 10*time.Second {
+			t.Fatalf("%d of 400 delivered in 10 s", len(tg.got()))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	took := time.Since(begin)
+	t.Logf("400 at 200/s with a per-day quota: %v, %d Lease calls", took.Round(time.Millisecond), leases.Load())
+	if took > 3*time.Second || leases.Load() > 100 {
+		t.Fatalf("400 tasks took %v and %d Lease calls", took, leases.Load())
+	}
+}
+
+type countingLeases struct {
+	queue.Queue
+	n *atomic.Int64
+}
+
+func (c countingLeases) Lease(ctx context.Context, n int, visibility time.Duration) ([]queue.Lease, error) {
+	got, err := c.Queue.Lease(ctx, n, visibility)
+	if len(got) > 0 {
+		c.n.Add(1)
+	}
+	return got, err
+}

@@ -384,9 +384,9 @@ func (t *target) waitFor(ctx context.Context, timer *time.Timer, d time.Duration
 }
 
 // want is how many tasks a queue keeps taken out: two slices of the
-// target's rate (MaxInFlight when the rate is not known yet).
+// target's release rate (MaxInFlight when the rate is not known yet).
 func want(p *pace.Pacer, cfg Target) int {
-	rate := p.Stats().Rate
+	rate := releaseRate(p.Stats(), cfg, 0)
 	n := float64(cfg.MaxInFlight)
 	if !math.IsInf(rate, 0) && rate > 0 {
 		n = math.Ceil(2 * rate * cfg.Slice.Seconds())
@@ -400,7 +400,8 @@ func want(p *pace.Pacer, cfg Target) int {
 // time, advanced by cost ÷ weight; a queue that was idle starts at the
 // smallest busy one's, so idleness earns no credit).
 func (t *target) pick(p *pace.Pacer) (*lane, queue.Lease, bool) {
-	rate := p.Stats().Rate
+	cfg := t.config()
+	rate := releaseRate(p.Stats(), cfg, 0)
 	now := time.Now()
 	var under, fair *lane
 	underBy := 0.0
@@ -438,7 +439,7 @@ func (t *target) pick(p *pace.Pacer) (*lane, queue.Lease, bool) {
 	if !ok {
 		return nil, queue.Lease{}, false
 	}
-	if chosen.buffered() <= want(p, t.config())/2 {
+	if chosen.buffered() <= want(p, cfg)/2 {
 		chosen.poke()
 	}
 	return chosen, lease, true
