@@ -162,6 +162,17 @@ func Load(path string) (*File, error) {
 
 // Parse reads and validates a configuration; name is used in messages.
 func Parse(name string, data []byte) (*File, error) {
+	f, err := parse(name, data)
+	var e *Error
+	if errors.As(err, &e) {
+		// YAML also breaks lines at U+0085, U+2028 and U+2029, which
+		// editors do not: a line is named as an editor counts them.
+		e.Line = min(e.Line, bytes.Count(data, []byte("\n"))+bytes.Count(data, []byte("\r"))+1)
+	}
+	return f, err
+}
+
+func parse(name string, data []byte) (*File, error) {
 	f := &File{name: name, root: new(yaml.Node)}
 	if err := yaml.Unmarshal(data, f.root); err != nil {
 		return nil, &Error{File: name, Line: configfile.YAMLLine(err), Reason: "not valid YAML: " + yamlReason(err)}
