@@ -2,6 +2,7 @@ package relay_test
 
 import (
 	"context"
+	"fmt"
 	"errors"
 	"net/http"
 	"path/filepath"
@@ -168,6 +169,9 @@ func TestOptionsRefused(t *testing.T) {
 		{"two queues one name", func(o *relay.Options) { o.Queues = append(o.Queues, o.Queues[0]) }, "two queues"},
 		{"negative weight", func(o *relay.Options) { o.Queues[0].Weight = -1 }, "weight"},
 		{"retry a 429", func(o *relay.Options) { o.Targets[0].Retry.RetryStatuses = []int{429} }, "429"},
+		{"a leaky bucket (pace refuses it)", func(o *relay.Options) {
+			o.Targets[0].Limits = []sluice.Limit{{Name: "x", Algorithm: sluice.LeakyBucket, Quota: 5, Window: time.Second}}
+		}, "LeakyBucket"},
 		{"bad limit", func(o *relay.Options) {
 			o.Targets[0].Limits = []sluice.Limit{{Name: "x", Quota: 0, Window: time.Second}}
 		}, "limit 0"},
@@ -228,12 +232,14 @@ func TestETAWithSeveralWindows(t *testing.T) {
 		{"per second and per minute, the minute binding", []sluice.Limit{{Name: "s", Quota: 50, Window: time.Second}, {Name: "m", Quota: 60, Window: time.Minute}}, 50, 40 * time.Second},
 	}
 	for _, c := range cases {
-		tg := newTarget(t, nil)
-		r := start(t, oneTarget(tg.URL, func(tc *relay.Target) { tc.Limits = c.limits }))
-		if err := r.Pause("jobs"); err != nil {
+		// Not run: the backlog stays as it is.
+		o := oneTarget("http://127.0.0.1:1", func(tc *relay.Target) { tc.Limits = c.limits })
+		o.Open, o.Logger = boltOpener(t.TempDir()), quietLog()
+		r, err := relay.New(context.Background(), o)
+		if err != nil {
 			t.Fatal(err)
 		}
-		enqueueAll(t, r.Relay, "jobs", 100)
+		enqueueAll(t, r, "jobs", 100)
 		time.Sleep(1100 * time.Millisecond)
 		s, err := r.Stats(context.Background(), "jobs")
 		if err != nil {
@@ -242,7 +248,7 @@ func TestETAWithSeveralWindows(t *testing.T) {
 		if s.Limit != c.limit || !s.ETAKnown || s.ETA.Round(time.Millisecond) != c.eta {
 			t.Errorf("%s: limit %v, ETA %v (known %v); want %v and %v", c.name, s.Limit, s.ETA, s.ETAKnown, c.limit, c.eta)
 		}
-		r.stop()
+		r.Close()
 	}
 }
 
@@ -289,4 +295,77 @@ func (c countingLeases) Lease(ctx context.Context, n int, visibility time.Durati
 		c.n.Add(1)
 	}
 	return got, err
+}
+
+// TestSlowLimitSpendsNoAttempt: under a limit slower than a lease lasts
+// (one per 3 s; a lease of the first version lasted timeout + 4 slices +
+// 5 s), tasks that wait for their turn keep their leases and are sent
+// once each, with one attempt.
+func TestSlowLimitSpendsNoAttempt(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out a slow limit: 10 s")
+	}
+	tg := newTarget(t, nil)
+	r := start(t, oneTarget(tg.URL, func(tc *relay.Target) {
+		tc.Limits = []sluice.Limit{{Name: "slow", Quota: 1, Window: 3 * time.Second}}
+		tc.Timeout = 200 * time.Millisecond
+	}))
+	var reqs []relay.Request
+	for i := range 4 {
+		reqs = append(reqs, relay.Request{URL: fmt.Sprintf("/%d", i), MaxAttempts: 1})
+	}
+	got, err := r.Enqueue(context.Background(), "jobs", reqs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range got {
+		if info := waitFinished(t, r.Relay, a.ID, 20*time.Second); info.State != queue.Succeeded || info.Attempts != 1 {
+			t.Fatalf("%s: %s after %d attempts (%q)", a.ID, info.State, info.Attempts, info.Outcome)
+		}
+	}
+	if n := len(tg.got()); n != 4 {
+		t.Fatalf("%d sends, want 4", n)
+	}
+}
+
+// TestHoldGivesTheBufferBack: a long Retry-After gives the tasks taken out
+// back to the queue for the end of the hold, unsent and without spending
+// an attempt; they are delivered after it.
+func TestHoldGivesTheBufferBack(t *testing.T) {
+	var first atomic.Bool
+	tg := newTarget(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
+		if !first.Swap(true) {
+			w.Header().Set("Retry-After", "3")
+			w.WriteHeader(http.StatusTooManyRequests)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	})
+	r := start(t, oneTarget(tg.URL, func(tc *relay.Target) {
+		tc.Limits = []sluice.Limit{{Name: "s", Quota: 5, Window: time.Second}}
+	}))
+	var reqs []relay.Request
+	for i := range 5 {
+		reqs = append(reqs, relay.Request{URL: fmt.Sprintf("/%d", i), MaxAttempts: 1})
+	}
+	got, err := r.Enqueue(context.Background(), "jobs", reqs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	for _, a := range got {
+		if info := waitFinished(t, r.Relay, a.ID, 15*time.Second); info.State != queue.Succeeded || info.Attempts != 1 {
+			t.Fatalf("%s: %s after %d attempts (%q)", a.ID, info.State, info.Attempts, info.Outcome)
+		}
+	}
+	arr := tg.got()
+	if len(arr) != 6 {
+		t.Fatalf("%d sends, want 6 (one 429, then each once)", len(arr))
+	}
+	for _, a := range arr[1:] {
+		if a.At.Sub(arr[0].At) < 2900*time.Millisecond {
+			t.Fatalf("a send %v after the 429, inside its 3 s hold", a.At.Sub(arr[0].At))
+		}
+	}
+	t.Logf("5 tasks, a 3 s Retry-After: all done in %v", time.Since(began).Round(time.Millisecond))
 }

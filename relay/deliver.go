@@ -123,7 +123,7 @@ func (t *target) deliver(l *lane, lease queue.Lease, res *pace.Reservation) {
 		t.retry(l, lease, queue.Retry{At: received.Add(pace.Backoff(cfg.Retry.BaseDelay, cfg.Retry.MaxDelay, lease.Attempt)), Reason: reason}, cfg)
 	case resp.StatusCode >= 200 && resp.StatusCode < 300:
 		done(pace.Success)
-		result, _ := json.Marshal(Answer{Status: resp.StatusCode, Header: keep(resp.Header, cfg.KeepHeaders), Body: body, Truncated: truncated})
+		result := t.result(Answer{Status: resp.StatusCode, Header: keep(resp.Header, cfg.KeepHeaders), Body: body, Truncated: truncated})
 		l.succeeded.Add(1)
 		t.finish(l, func(c context.Context) error { return l.q.Ack(c, lease.Receipt, result) })
 	case slices.Contains(cfg.Retry.RetryStatuses, resp.StatusCode):
@@ -145,6 +145,31 @@ func (t *target) deliver(l *lane, lease queue.Lease, res *pace.Reservation) {
 		t.summary.note(&t.summary.dead, reason)
 		t.finish(l, func(c context.Context) error { return l.q.DeadLetter(c, lease.Receipt, reason) })
 	}
+}
+
+// result encodes a kept answer within the backend's result bound: the
+// body is cut (Truncated) until it fits, then the headers dropped — an
+// Ack refused for its size would bring the task back again and again.
+func (t *target) result(a Answer) []byte {
+	encode := func() []byte {
+		var b bytes.Buffer
+		enc := json.NewEncoder(&b)
+		enc.SetEscapeHTML(false)
+		_ = enc.Encode(a)
+		return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
+	}
+	bound := t.resultBound()
+	out := encode()
+	for len(out) > bound && len(a.Body) > 0 {
+		cut := min(len(a.Body), (len(out)-bound)*3/4+64)
+		a.Body, a.Truncated = a.Body[:len(a.Body)-cut], true
+		out = encode()
+	}
+	if len(out) > bound {
+		a.Header = nil
+		out = encode()
+	}
+	return out
 }
 
 // retry returns a task to its queue, or dead-letters it when its deadline

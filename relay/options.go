@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/netip"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -294,6 +295,11 @@ func checkTarget(t Target) (Target, egress.Origin, error) {
 	}
 	if t.KeepBody == 0 {
 		t.KeepBody = DefaultKeepBody
+	}
+	// What the target's Pacer will be built from (a LeakyBucket or a
+	// Concurrency limit is refused there): check, New and Reload agree.
+	if _, err := pace.New(pace.Options{Limits: t.Limits, Slice: t.Slice, MaxInFlight: t.MaxInFlight}); err != nil {
+		return t, origin, optionsError("target %s: %s", t.Name, strings.TrimPrefix(err.Error(), "pace: invalid options: "))
 	}
 	if _, err := pace.NewBreaker(t.Breaker); err != nil {
 		return t, origin, optionsError("target %s: breaker: %v", t.Name, err)

@@ -245,7 +245,7 @@ func TestPauseCancelAndStats(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !s.Paused || s.Depth != 1 || s.Cancelled != 1 || s.Limit != 50 || s.LimitSource != "configuration" || !s.ETAKnown {
+	if !s.Paused || s.Depth != 1 || s.Cancelled != 1 || s.Limit != 50 || s.LimitSource != "configuration" || s.ETAKnown {
 		t.Fatalf("stats %+v", s)
 	}
 	if err := r.Resume("jobs"); err != nil {

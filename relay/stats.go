@@ -84,7 +84,9 @@ type QueueStats struct {
 	// Throttled the 429s (and 503s with Retry-After) among them, Failed
 	// the failed ones, DeadLettered the tasks dead-lettered.
 	Delivered, Throttled, Failed, DeadLettered uint64
-	// MeanWait is the mean time from ready to the first delivery.
+	// MeanWait is the mean time from ready to the send of a first
+	// attempt (a task given back unsent — throttled, paused, stopped —
+	// counts again when it is sent).
 	MeanWait time.Duration
 	// ETA is how long the backlog will take at Share; ETAKnown is false
 	// when no rate is known yet.
@@ -147,9 +149,9 @@ func (r *Relay) Stats(ctx context.Context, queueName string) (QueueStats, error)
 	s.Limit = releaseRate(ps, cfg, s.EffectiveRate)
 	s.Share = l.expectedShare(s.Limit, s.EffectiveRate)
 	if s.Share > 0 {
-		s.ETAKnown = true
+		s.ETAKnown = true // (a paused queue's share is 0: no ETA)
 		s.ETA = drainTime(float64(qs.Depth), s.Share, s.Limit, cfg.Limits)
-	} else if qs.Depth == 0 {
+	} else if qs.Depth == 0 && !s.Paused {
 		s.ETAKnown = true
 	}
 	l.statsMu.Lock()
@@ -165,7 +167,11 @@ func (l *lane) backendStats(ctx context.Context) (queue.Stats, time.Time, error)
 	if !l.statsAt.IsZero() && time.Since(l.statsAt) < statsMaxAge {
 		return l.stats, l.statsAt, l.statsErr
 	}
-	s, err := l.q.Stats(ctx)
+	// Not the caller's context: one caller that goes away must not make
+	// the next second's callers fail.
+	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	s, err := l.q.Stats(bctx)
 	l.statsAt = time.Now()
 	if err != nil {
 		l.statsErr = l.queueError(err)
@@ -183,8 +189,11 @@ func (l *lane) expectedShare(rate, measured float64) float64 {
 	if math.IsInf(rate, 0) || rate <= 0 {
 		return measured
 	}
+	if l.paused.Load() {
+		return 0
+	}
 	weight, reserved := l.share()
-	sum := weight
+	sum, othersReserved := weight, 0.0
 	for _, o := range l.target.lanes {
 		if o == l || o.paused.Load() {
 			continue
@@ -193,11 +202,13 @@ func (l *lane) expectedShare(rate, measured float64) float64 {
 		busy := o.stats.Depth > 0
 		o.statsMu.Unlock()
 		if busy {
-			w, _ := o.share()
+			w, r := o.share()
 			sum += w
+			othersReserved += r
 		}
 	}
-	return rate * max(weight/sum, reserved)
+	// The others' reservations come first; the rest is shared by weight.
+	return rate * max(reserved, (1-othersReserved)*weight/sum)
 }
 
 // sourceOf says where the rate in use comes from.

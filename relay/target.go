@@ -45,11 +45,13 @@ type target struct {
 	transport http.RoundTripper // Options.Transport, or nil
 	ownTrans  *http.Transport   // the egress transport built here (closed on close)
 	keepMax   int               // the backend's result bound less room for the envelope
+	maxResult int               // the backend's result bound
 	kept      float64           // the rate the Pacer started at, kept from an earlier run (0: none)
 
 	lanes []*lane // fixed after New
 
 	inflight sync.WaitGroup
+	closed   atomic.Bool // the relay was closed: the dispatcher stops
 	// Counters for the periodic summary (since the last one) and for
 	// Stats (since start).
 	throttled, failed, dead, leaseLost atomic.Uint64
@@ -134,6 +136,9 @@ func (t *target) capKeep(maxResult int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.keepMax = min(t.keepMax, max(0, (maxResult-4<<10)*3/4)) // base64 in the result
+	if t.maxResult == 0 || maxResult < t.maxResult {
+		t.maxResult = maxResult
+	}
 	if t.cfg.KeepBody > t.keepMax {
 		t.cfg.KeepBody = t.keepMax
 	}
@@ -151,6 +156,7 @@ func (t *target) setLimits(limits []sluice.Limit, source string) error {
 		return err
 	}
 	old := t.pacer
+	p.HoldUntil(old.Stats().HoldUntil) // a Retry-After outlives the limits' change
 	t.cfg, t.pacer = cfg, p
 	t.limSource = source
 	if len(limits) == 0 {
@@ -217,13 +223,30 @@ func (t *target) learnedRate() (float64, bool) {
 		return 0, false
 	}
 	s := p.Stats()
-	if s.Learned == 0 {
-		return 0, false // nothing stated by the target
+	if s.Learned == 0 || s.Throttled > 0 {
+		// Nothing stated by the target, or 429s since: the rate in use may
+		// then be CUBIC's, under the stated limit.
+		return 0, false
 	}
 	if math.IsInf(s.Rate, 0) || s.Rate <= 0 {
 		return 0, false
 	}
 	return s.Rate, true
+}
+
+func (t *target) resultBound() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.maxResult == 0 {
+		return queue.DefaultMaxResult
+	}
+	return t.maxResult
+}
+
+func (t *target) breakerNow() *pace.Breaker {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.breaker
 }
 
 // nudge wakes the dispatcher: work arrived, a queue resumed.
@@ -235,6 +258,7 @@ func (t *target) nudge() {
 }
 
 func (t *target) close() {
+	t.closed.Store(true)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.pacer.Close()
@@ -244,9 +268,16 @@ func (t *target) close() {
 }
 
 // visibility is how long a lease of the dispatcher lasts: long enough to
-// wait in the buffer for a few slices and then be delivered.
-func visibility(cfg Target) time.Duration {
-	return cfg.Timeout + 4*cfg.Slice + 5*time.Second
+// wait in the buffer for a few slices or a few releases of a slow limit
+// (one per 36 s under 100 per hour), and then be delivered. A wait longer
+// than that (a hold, an open breaker) gives the buffer back, and the
+// dispatcher extends the lease of the task it waits for.
+func visibility(p *pace.Pacer, cfg Target) time.Duration {
+	v := cfg.Timeout + 4*cfg.Slice + 5*time.Second
+	if rate := releaseRate(p.Stats(), cfg, 0); rate > 0 && !math.IsInf(rate, 0) {
+		v += time.Duration(min(3/rate, 3600) * float64(time.Second))
+	}
+	return min(v, queue.MaxVisibility)
 }
 
 // run is the target's processors: one feeder per queue that takes work
@@ -262,8 +293,8 @@ func (t *target) run(ctx context.Context) {
 	}
 	t.dispatch(ctx)
 	feeders.Wait()
+	t.giveBackAll() // at once: a supervisor may not wait for the deliveries
 	t.inflight.Wait()
-	t.giveBackAll()
 }
 
 func (t *target) dispatch(ctx context.Context) {
@@ -271,8 +302,17 @@ func (t *target) dispatch(ctx context.Context) {
 	defer idle.Stop()
 	for ctx.Err() == nil {
 		pacer, breaker, _, cfg := t.current()
-		if breaker.State() == pace.BreakerOpen {
-			t.waitFor(ctx, idle, 100*time.Millisecond)
+		if t.closed.Load() {
+			return // the relay was closed under Run
+		}
+		if until, why := t.blocked(pacer, breaker); !until.IsZero() {
+			// Nothing goes out before until: what waits in the buffers
+			// goes back to the queues for then, spending no attempt,
+			// rather than letting its leases run out.
+			for _, l := range t.lanes {
+				t.giveBackAt(l, why, until)
+			}
+			t.waitFor(ctx, idle, min(time.Until(until), time.Second))
 			continue
 		}
 		l, lease, ok := t.pick(pacer)
@@ -281,15 +321,17 @@ func (t *target) dispatch(ctx context.Context) {
 			continue
 		}
 		cost := queue.CostOf(lease.Task)
-		res, err := pacer.Wait(ctx, cost)
+		res, err := t.wait(ctx, pacer, l, &lease, cost, cfg)
 		switch {
 		case ctx.Err() != nil:
+			if res != nil {
+				res.Cancel()
+			}
 			l.unshift(lease)
 			return
-		case errors.Is(err, pace.ErrClosed):
-			l.unshift(lease) // the limits changed: ask the new Pacer
-			continue
-		case err != nil:
+		case errors.Is(err, queue.ErrLeaseLost):
+			continue // cancelled or expired while it waited: not sent
+		case errors.Is(err, sluice.ErrCostExceedsLimit), errors.Is(err, sluice.ErrInvalidCost):
 			// A cost no limit can ever admit.
 			t.finish(l, func(c context.Context) error {
 				return l.q.DeadLetter(c, lease.Receipt, "cost "+formatCost(cost)+" exceeds the target's limit: "+err.Error())
@@ -297,13 +339,28 @@ func (t *target) dispatch(ctx context.Context) {
 			l.dead.Add(1)
 			t.dead.Add(1)
 			continue
+		case err != nil:
+			// The limits changed (the Pacer was replaced), or the lease
+			// could not be extended now: the task goes back to the head.
+			l.unshift(lease)
+			t.waitFor(ctx, idle, 10*time.Millisecond)
+			continue
 		}
 		if l.paused.Load() {
 			res.Cancel()
 			l.unshift(lease)
 			continue
 		}
-		if !t.leaseOutlasts(ctx, l, &lease, cfg) {
+		if !lease.Deadline.IsZero() && !time.Now().Before(lease.Deadline) {
+			// Its deadline passed while it waited: never sent, and not
+			// the target's failure.
+			res.Cancel()
+			t.finish(l, func(c context.Context) error { return l.q.DeadLetter(c, lease.Receipt, queue.ReasonDeadline) })
+			l.dead.Add(1)
+			t.dead.Add(1)
+			continue
+		}
+		if !t.leaseOutlasts(ctx, l, &lease, pacer, cfg) {
 			res.Cancel()
 			continue
 		}
@@ -313,6 +370,58 @@ func (t *target) dispatch(ctx context.Context) {
 			defer t.inflight.Done()
 			t.deliver(l, lease, res)
 		}()
+	}
+}
+
+// blocked says until when nothing may go to the target, and why: a hold
+// (a Retry-After, a quota said to be spent) or an open breaker, when it is
+// longer than a second away; zero otherwise.
+func (t *target) blocked(p *pace.Pacer, b *pace.Breaker) (time.Time, string) {
+	now := time.Now()
+	if hold := p.Stats().HoldUntil; hold.After(now.Add(time.Second)) {
+		return hold, "the target asked to wait (Retry-After)"
+	}
+	if b.State() == pace.BreakerOpen {
+		return now.Add(time.Second), "the target is failing: circuit open"
+	}
+	return time.Time{}, ""
+}
+
+// wait waits for the Pacer to grant cost, extending the task's lease
+// whenever it would not outlast the wait and the delivery. It returns
+// queue.ErrLeaseLost when the lease is lost meanwhile (the task is not
+// sent), or the Pacer's error.
+func (t *target) wait(ctx context.Context, p *pace.Pacer, l *lane, lease *queue.Lease, cost float64, cfg Target) (*pace.Reservation, error) {
+	res, err := p.Reserve(cost)
+	if err != nil {
+		return nil, err
+	}
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		margin := cfg.Timeout + 5*time.Second
+		timer.Reset(max(time.Until(lease.Until)-margin, 0))
+		select {
+		case <-res.Ready():
+			if err := res.Err(); err != nil {
+				return nil, err
+			}
+			return res, nil
+		case <-ctx.Done():
+			res.Cancel()
+			return nil, ctx.Err()
+		case <-timer.C:
+			until, err := l.q.Extend(ctx, lease.Receipt, visibility(p, cfg))
+			if err != nil {
+				res.Cancel()
+				if errors.Is(err, queue.ErrLeaseLost) || errors.Is(err, queue.ErrFinished) {
+					t.leaseLost.Add(1)
+					return nil, queue.ErrLeaseLost
+				}
+				return nil, err
+			}
+			lease.Until = until
+		}
 	}
 }
 
@@ -335,7 +444,11 @@ func (t *target) feed(ctx context.Context, l *lane) {
 			l.sleep(ctx, timer, pollEvery)
 			continue
 		}
-		got, err := l.q.Lease(ctx, w-have, visibility(cfg))
+		if until, _ := t.blocked(pacer, t.breakerNow()); !until.IsZero() {
+			l.sleep(ctx, timer, min(time.Until(until), time.Second))
+			continue
+		}
+		got, err := l.q.Lease(ctx, w-have, visibility(pacer, cfg))
 		if err != nil {
 			if ctx.Err() == nil {
 				l.leaseFailed(t.log, err)
@@ -356,14 +469,16 @@ func (t *target) feed(ctx context.Context, l *lane) {
 // leaseOutlasts makes sure the lease outlasts the delivery about to start,
 // extending it when it would not; false when the lease is lost (expired
 // while it waited, cancelled): the task is not sent.
-func (t *target) leaseOutlasts(ctx context.Context, l *lane, lease *queue.Lease, cfg Target) bool {
+func (t *target) leaseOutlasts(ctx context.Context, l *lane, lease *queue.Lease, p *pace.Pacer, cfg Target) bool {
 	if time.Until(lease.Until) > cfg.Timeout+2*time.Second {
 		return true
 	}
-	until, err := l.q.Extend(ctx, lease.Receipt, visibility(cfg))
+	until, err := l.q.Extend(ctx, lease.Receipt, visibility(p, cfg))
 	if err != nil {
 		if !errors.Is(err, queue.ErrLeaseLost) && !errors.Is(err, queue.ErrFinished) {
-			t.log.Warn("relay: cannot extend a lease before delivery; the task waits for its lease to expire", "queue", l.name, "err", err)
+			// The backend did not answer: the task stays at the head.
+			l.unshift(*lease)
+			return false
 		}
 		t.leaseLost.Add(1)
 		return false
@@ -452,7 +567,11 @@ func (t *target) giveBackAll() {
 	}
 }
 
-func (t *target) giveBack(l *lane, why string) {
+func (t *target) giveBack(l *lane, why string) { t.giveBackAt(l, why, time.Time{}) }
+
+// giveBackAt returns a queue's buffered tasks, ready at at (zero: now),
+// without spending their attempts: they were not sent.
+func (t *target) giveBackAt(l *lane, why string, at time.Time) {
 	leases := l.takeAll()
 	if len(leases) == 0 {
 		return
@@ -461,7 +580,7 @@ func (t *target) giveBack(l *lane, why string) {
 	defer cancel()
 	for _, lease := range leases {
 		// Throttled: not sent, so no attempt is spent.
-		if err := l.q.Retry(ctx, lease.Receipt, queue.Retry{Reason: why, Throttled: true}); err != nil && !errors.Is(err, queue.ErrLeaseLost) && !errors.Is(err, queue.ErrFinished) {
+		if err := l.q.Retry(ctx, lease.Receipt, queue.Retry{At: at, Reason: why, Throttled: true}); err != nil && !errors.Is(err, queue.ErrLeaseLost) && !errors.Is(err, queue.ErrFinished) {
 			t.log.Warn("relay: cannot give a task back; it returns when its lease expires", "queue", l.name, "err", err)
 			return
 		}
