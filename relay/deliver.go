@@ -51,7 +51,6 @@ func (t *target) deliver(l *lane, lease queue.Lease, res *pace.Reservation) {
 		t.finish(l, func(c context.Context) error {
 			return l.q.DeadLetter(c, lease.Receipt, "the stored request cannot be read: "+err.Error())
 		})
-		t.dead.Add(1)
 		l.dead.Add(1)
 		return
 	}
@@ -107,7 +106,6 @@ func (t *target) deliver(l *lane, lease queue.Lease, res *pace.Reservation) {
 	case ans.Throttled:
 		done(pace.Success) // the target is up
 		l.throttled.Add(1)
-		t.throttled.Add(1)
 		t.summary.note(&t.summary.throttled, resp.Status)
 		at := received.Add(ans.RetryAfter)
 		if ans.RetryAfter == 0 {
@@ -118,7 +116,6 @@ func (t *target) deliver(l *lane, lease queue.Lease, res *pace.Reservation) {
 		done(pace.Failure)
 		reason := failureReason(resp, err, ctx, lease)
 		l.failed.Add(1)
-		t.failed.Add(1)
 		t.summary.note(&t.summary.failed, reason)
 		t.retry(l, lease, queue.Retry{At: received.Add(pace.Backoff(cfg.Retry.BaseDelay, cfg.Retry.MaxDelay, lease.Attempt)), Reason: reason}, cfg)
 	case resp.StatusCode >= 200 && resp.StatusCode < 300:
@@ -129,7 +126,6 @@ func (t *target) deliver(l *lane, lease queue.Lease, res *pace.Reservation) {
 	case slices.Contains(cfg.Retry.RetryStatuses, resp.StatusCode):
 		done(pace.Success)
 		l.failed.Add(1)
-		t.failed.Add(1)
 		t.summary.note(&t.summary.failed, resp.Status)
 		t.retry(l, lease, queue.Retry{At: received.Add(pace.Backoff(cfg.Retry.BaseDelay, cfg.Retry.MaxDelay, lease.Attempt)), Reason: resp.Status}, cfg)
 	default:
@@ -141,7 +137,6 @@ func (t *target) deliver(l *lane, lease queue.Lease, res *pace.Reservation) {
 			reason += " (not followed: a redirect is followed only on the target's origin, 10 at most)"
 		}
 		l.dead.Add(1)
-		t.dead.Add(1)
 		t.summary.note(&t.summary.dead, reason)
 		t.finish(l, func(c context.Context) error { return l.q.DeadLetter(c, lease.Receipt, reason) })
 	}
@@ -177,7 +172,6 @@ func (t *target) result(a Answer) []byte {
 func (t *target) retry(l *lane, lease queue.Lease, how queue.Retry, cfg Target) {
 	if !lease.Deadline.IsZero() && !how.At.Before(lease.Deadline) {
 		l.dead.Add(1)
-		t.dead.Add(1)
 		t.finish(l, func(c context.Context) error {
 			return l.q.DeadLetter(c, lease.Receipt, queue.ReasonDeadline+" before the next attempt; last: "+how.Reason)
 		})
@@ -185,7 +179,6 @@ func (t *target) retry(l *lane, lease queue.Lease, how queue.Retry, cfg Target) 
 	}
 	if !how.Throttled && lease.Attempt >= lease.MaxAttempts && lease.MaxAttempts > 0 {
 		l.dead.Add(1)
-		t.dead.Add(1)
 	}
 	t.finish(l, func(c context.Context) error { return l.q.Retry(c, lease.Receipt, how) })
 }

@@ -65,10 +65,6 @@ func (l *lane) capBody(maxPayload int) {
 	if l.maxBody == 0 || l.maxBody > room {
 		l.maxBody = room
 	}
-	if l.maxAttempts == 0 || l.maxAttempts > maxTaskAttempts {
-		l.maxAttempts = maxTaskAttempts
-	}
-	l.backendOK.Store(true)
 }
 
 func (l *lane) share() (weight, reserved float64) {

@@ -108,7 +108,8 @@ func New(ctx context.Context, o Options) (*Relay, error) {
 			return nil, fmt.Errorf("relay: open queue %s: %w", l.name, err)
 		}
 		l.q = q
-		l.maxAttempts = queue.DefaultMaxAttempts * 40 // the backends' bound
+		l.maxAttempts = maxTaskAttempts
+		l.backendOK.Store(true)
 		if lim, ok := q.(interface{ Limits() (int, int) }); ok {
 			maxPayload, maxResult := lim.Limits()
 			l.capBody(maxPayload)

@@ -52,10 +52,9 @@ type target struct {
 
 	inflight sync.WaitGroup
 	closed   atomic.Bool // the relay was closed: the dispatcher stops
-	// Counters for the periodic summary (since the last one) and for
-	// Stats (since start).
-	throttled, failed, dead, leaseLost atomic.Uint64
-	summary                            summaryCounts
+	// What the periodic summary counts since the last one (Stats counts
+	// per queue, on the lanes).
+	summary summaryCounts
 }
 
 func newTarget(tc Target, transport http.RoundTripper, state *stateFile, log *slog.Logger) (*target, error) {
@@ -337,7 +336,6 @@ func (t *target) dispatch(ctx context.Context) {
 				return l.q.DeadLetter(c, lease.Receipt, "cost "+formatCost(cost)+" exceeds the target's limit: "+err.Error())
 			})
 			l.dead.Add(1)
-			t.dead.Add(1)
 			continue
 		case err != nil:
 			// The limits changed (the Pacer was replaced), or the lease
@@ -357,7 +355,6 @@ func (t *target) dispatch(ctx context.Context) {
 			res.Cancel()
 			t.finish(l, func(c context.Context) error { return l.q.DeadLetter(c, lease.Receipt, queue.ReasonDeadline) })
 			l.dead.Add(1)
-			t.dead.Add(1)
 			continue
 		}
 		if !t.leaseOutlasts(ctx, l, &lease, pacer, cfg) {
@@ -415,7 +412,6 @@ func (t *target) wait(ctx context.Context, p *pace.Pacer, l *lane, lease *queue.
 			if err != nil {
 				res.Cancel()
 				if errors.Is(err, queue.ErrLeaseLost) || errors.Is(err, queue.ErrFinished) {
-					t.leaseLost.Add(1)
 					return nil, queue.ErrLeaseLost
 				}
 				return nil, err
@@ -480,7 +476,6 @@ func (t *target) leaseOutlasts(ctx context.Context, l *lane, lease *queue.Lease,
 			l.unshift(*lease)
 			return false
 		}
-		t.leaseLost.Add(1)
 		return false
 	}
 	lease.Until = until
@@ -594,7 +589,6 @@ func (t *target) finish(l *lane, record func(context.Context) error) {
 	defer cancel()
 	if err := record(ctx); err != nil {
 		if errors.Is(err, queue.ErrLeaseLost) || errors.Is(err, queue.ErrFinished) {
-			t.leaseLost.Add(1) // cancelled meanwhile, or the lease expired: it will be sent again
 			return
 		}
 		t.log.Warn("relay: cannot record a delivery's outcome; the task is delivered again when its lease expires", "queue", l.name, "err", err)
