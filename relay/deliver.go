@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	fleet "github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/pace"
 	"github.com/sluicehq/sluice/queue"
 )
@@ -33,7 +34,7 @@ type Answer struct {
 
 // deliver sends one task whose capacity the Pacer granted, and records
 // its outcome: the delivery state machine of docs/DESIGN.md.
-func (t *target) deliver(l *lane, lease queue.Lease, res *pace.Reservation) {
+func (t *target) deliver(l *lane, lease queue.Lease, res *pace.Reservation, fence string) {
 	defer res.Done()
 	pacer, breaker, client, cfg := t.current()
 	done, err := breaker.Allow()
@@ -82,6 +83,9 @@ func (t *target) deliver(l *lane, lease queue.Lease, res *pace.Reservation) {
 		key = l.name + "." + lease.ID
 	}
 	req.Header.Set(idempotencyHeader, key)
+	if fence != "" {
+		req.Header.Set(fleet.FenceHeader, fence)
+	}
 	if lease.Attempt == 1 {
 		ready := lease.Enqueued
 		if !lease.NotBefore.IsZero() && lease.NotBefore.After(ready) {
@@ -100,6 +104,14 @@ func (t *target) deliver(l *lane, lease queue.Lease, res *pace.Reservation) {
 	}
 	received := time.Now()
 	l.delivered.Add(1)
+	if fence != "" && err == nil && resp.StatusCode == http.StatusConflict && bytes.Contains(body, []byte(staleEpoch)) {
+		// The target saw a newer holder of this share: not the task's
+		// failure. The Budget drops the share; the task goes again.
+		done(pace.Success)
+		cfg.Budget.Stale(fence)
+		t.retry(l, lease, queue.Retry{At: received, Reason: resp.Status + ": stale lease epoch", Throttled: true}, cfg)
+		return
+	}
 	ans := pace.ReadAnswer(resp, err, sent, received, cfg.Retry.MaxRetryAfter)
 	pacer.Feedback(ans.Feedback)
 	switch {
@@ -253,6 +265,9 @@ func keep(h http.Header, extra []string) http.Header {
 	}
 	return out
 }
+
+// staleEpoch is the error a sluice target answers a stale fence with.
+const staleEpoch = `"stale_lease_epoch"`
 
 func formatCost(c float64) string { return strconv.FormatFloat(c, 'g', -1, 64) }
 

@@ -84,6 +84,13 @@ type Target struct {
 	// bytes; default 16 KiB, at most the backend's result bound less
 	// 4 KiB. Negative keeps none.
 	KeepBody int
+	// Budget, when set, is this process's share of a limit that several
+	// relays spend together (HolderBudget over a lease.Holder): every task
+	// waits for it after the Pacer's grant, so the fleet as a whole keeps
+	// to the limit. Limits should then hold the fleet's limit (the Pacer
+	// spaces the releases and learns from answers; the Budget caps the
+	// share). Nil: this relay alone spends the target's limits.
+	Budget Budget
 }
 
 // Retry is a target's retry policy for failed deliveries (5xx, timeouts,

@@ -253,6 +253,16 @@ func (l *lane) record(now time.Time) {
 // is known. measured (the queue's effective rate) stands for an adaptive
 // rate the Pacer does not report on its own, after throttled answers.
 func releaseRate(ps pace.Stats, cfg Target, measured float64) float64 {
+	r := paceRate(ps, cfg, measured)
+	if cfg.Budget != nil {
+		// A fleet's share: what this process holds now.
+		r = min(r, cfg.Budget.Rate())
+	}
+	return r
+}
+
+// paceRate is releaseRate without a fleet Budget.
+func paceRate(ps pace.Stats, cfg Target, measured float64) float64 {
 	fastest := 0.0
 	for _, lim := range cfg.Limits {
 		fastest = max(fastest, lim.Quota/lim.Window.Seconds())

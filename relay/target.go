@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/egress"
+	fleet "github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/pace"
 	"github.com/sluicehq/sluice/queue"
 )
@@ -344,6 +345,25 @@ func (t *target) dispatch(ctx context.Context) {
 			t.waitFor(ctx, idle, 10*time.Millisecond)
 			continue
 		}
+		fence, err := t.spend(ctx, l, &lease, cost, pacer, cfg)
+		if err != nil {
+			res.Cancel()
+			switch {
+			case ctx.Err() != nil:
+				l.unshift(lease)
+				return
+			case errors.Is(err, queue.ErrLeaseLost):
+			case errors.Is(err, fleet.ErrCostTooLarge):
+				t.finish(l, func(c context.Context) error {
+					return l.q.DeadLetter(c, lease.Receipt, "cost "+formatCost(cost)+" exceeds the fleet budget: "+err.Error())
+				})
+				l.dead.Add(1)
+			default:
+				l.unshift(lease)
+				t.waitFor(ctx, idle, 10*time.Millisecond)
+			}
+			continue
+		}
 		if l.paused.Load() {
 			res.Cancel()
 			l.unshift(lease)
@@ -365,7 +385,7 @@ func (t *target) dispatch(ctx context.Context) {
 		t.inflight.Add(1)
 		go func() {
 			defer t.inflight.Done()
-			t.deliver(l, lease, res)
+			t.deliver(l, lease, res, fence)
 		}()
 	}
 }
@@ -418,6 +438,32 @@ func (t *target) wait(ctx context.Context, p *pace.Pacer, l *lane, lease *queue.
 			}
 			lease.Until = until
 		}
+	}
+}
+
+// spend waits for the fleet's Budget, when the target has one, extending
+// the task's lease whenever it would not outlast the wait and the
+// delivery; it returns the fence to send, or queue.ErrLeaseLost when the
+// lease is lost meanwhile, or the Budget's error.
+func (t *target) spend(ctx context.Context, l *lane, lease *queue.Lease, cost float64, p *pace.Pacer, cfg Target) (string, error) {
+	if cfg.Budget == nil {
+		return "", nil
+	}
+	for {
+		wctx, cancel := context.WithDeadline(ctx, lease.Until.Add(-(cfg.Timeout + 5*time.Second)))
+		fence, err := cfg.Budget.Wait(wctx, cost)
+		cancel()
+		if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+			return fence, err
+		}
+		until, err := l.q.Extend(ctx, lease.Receipt, visibility(p, cfg))
+		if err != nil {
+			if errors.Is(err, queue.ErrLeaseLost) || errors.Is(err, queue.ErrFinished) {
+				return "", queue.ErrLeaseLost
+			}
+			return "", err
+		}
+		lease.Until = until
 	}
 }
 
