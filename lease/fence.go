@@ -18,7 +18,7 @@ func FormatFence(s Spend) string {
 // ParseFence parses a FenceHeader value; anything else is an error
 // wrapping ErrInvalid that says what is wrong.
 func ParseFence(v string) (Spend, error) {
-	if len(v) > 16+1+4+1+128 {
+	if len(v) > 20+1+4+1+128 { // the longest epoch, partition and group
 		return Spend{}, fmt.Errorf("%w: fence: %d bytes, too long", ErrInvalid, len(v))
 	}
 	epoch, rest, ok1 := strings.Cut(v, " ")
@@ -30,12 +30,12 @@ func ParseFence(v string) (Spend, error) {
 	if err != nil || e == 0 || epoch[0] == '+' || (len(epoch) > 1 && epoch[0] == '0') {
 		return Spend{}, fmt.Errorf("%w: fence %q: epoch is not a positive decimal integer", ErrInvalid, clip(v))
 	}
-	p, err := strconv.Atoi(part)
-	if err != nil || p < 0 || p >= MaxPartitions || part[0] == '+' || (len(part) > 1 && part[0] == '0') {
+	p, err := strconv.ParseUint(part, 10, 16)
+	if err != nil || p >= MaxPartitions || part[0] == '+' || (len(part) > 1 && part[0] == '0') {
 		return Spend{}, fmt.Errorf("%w: fence %q: partition is not a decimal integer from 0 to %d", ErrInvalid, clip(v), MaxPartitions-1)
 	}
 	if err := validName("fence group", group, 128); err != nil {
 		return Spend{}, err
 	}
-	return Spend{Group: group, Grant: Grant{Partition: p, Epoch: e}}, nil
+	return Spend{Group: group, Grant: Grant{Partition: int(p), Epoch: e}}, nil
 }
