@@ -8,7 +8,7 @@ FUZZ_PKGS ?= ./...
 # addresses, configuration files, a Redis server's replies, the queue file's records, the
 # origins and URLs tasks may be sent to), fuzzed in CI
 # 50 s each.
-EDGE_PKGS := ./clientip ./ratelimitheader ./httplimit ./grpclimit ./gateway ./gateway/config ./rls ./pace ./redisstore ./boltqueue ./egress ./relay/config ./relay/httpapi
+EDGE_PKGS := ./clientip ./ratelimitheader ./httplimit ./grpclimit ./gateway ./gateway/config ./rls ./pace ./redisstore ./boltqueue ./egress ./relay/config ./relay/httpapi ./lease
 BENCHTIME ?= 1s
 COUNT     ?= 6
 OUT       := bench/out
@@ -31,16 +31,17 @@ help:
 	@echo "make sim           the client against sluice's own middleware, 5×L offered, on a simulated clock: the figures of docs/BENCHMARKS.md"
 	@echo "make bench-queue-memory  RSS of a consumer with 1e6 tasks queued against 1e3 (boltqueue)"
 	@echo "make bench-relay-memory  RSS of a relay draining 1e6 queued tasks against 1e3"
-	@echo "make soak          the queue's kill -9 harness, 1000 trials (CI runs 100 in make test)"
+	@echo "make soak          the queue's kill -9 harness, 1000 trials (CI runs 100 in make test); the fleet's faults, 50 injections each (CI: 5)"
 	@echo "make fault         the Redis outage run with the issue's bounds (timeout + 10 ms)"
 
 test:
 	$(GO) test -race -shuffle=on -count=1 ./...
 	# The allocation tests again without -race (the race detector allocates),
 	# and the timed figures the race detector would make meaningless: pace's
-	# 500/s rows and its runs against nginx, the relay's end-to-end runs.
+	# 500/s rows and its runs against nginx, the relay's end-to-end runs, the
+	# fleet's fault runs (relay processes sharing a limit under leases).
 	$(GO) test -count=1 -run 'Alloc|TestSimulationMatrix' ./...
-	$(GO) test -count=1 -p 1 -run 'TestEndToEnd|TestSharedTarget|TestNginx' ./relay ./pace
+	$(GO) test -count=1 -p 1 -run 'TestEndToEnd|TestSharedTarget|TestNginx|TestFleet' ./relay ./pace ./lease
 	cd bench && $(GO) vet ./...
 
 lint:
@@ -132,6 +133,7 @@ sim:
 
 soak:
 	SLUICE_CRASH_TRIALS=1000 $(GO) test -count=1 -timeout 60m -run 'TestKill9$$' -v ./boltqueue | grep -E '^(--- |ok|FAIL)|crash_test'
+	SLUICE_FLEET_INJECTIONS=50 $(GO) test -count=1 -timeout 60m -run 'TestFleet' -v ./lease | grep -E '^(--- |ok|FAIL)|fleet_test'
 
 bench-relay-memory:
 	SLUICE_MEMORY=1 $(GO) test -count=1 -timeout 20m -run 'TestMemoryIndependentOfBacklog' -v ./relay | grep -E '^(--- |ok|FAIL)|memory_test'

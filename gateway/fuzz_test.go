@@ -34,7 +34,7 @@ func FuzzConfig(f *testing.F) {
 			}
 			return
 		}
-		if _, _, err := middleware(cfg, store, nil); err != nil {
+		if _, _, err := middleware(cfg, store, nil, nil); err != nil {
 			t.Fatalf("config.Parse accepted what the middleware refuses: %v", err)
 		}
 	})

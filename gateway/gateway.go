@@ -40,6 +40,7 @@ import (
 	"github.com/sluicehq/sluice/internal/redisconfig"
 	"github.com/sluicehq/sluice/internal/secret"
 	"github.com/sluicehq/sluice/internal/tlsconfig"
+	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/ratelimitheader"
@@ -204,11 +205,11 @@ func build(opts Options, connect connector, watch bool) (_ *Gateway, err error) 
 	if err != nil {
 		return nil, err
 	}
-	mw, ip, err := middleware(cfg, limiter, g.metrics)
+	refused, err := g.metrics.RegisterRefused()
 	if err != nil {
 		return nil, err
 	}
-	refused, err := g.metrics.RegisterRefused()
+	mw, ip, err := middleware(cfg, limiter, g.metrics, refused)
 	if err != nil {
 		return nil, err
 	}
@@ -459,8 +460,9 @@ func (g *Gateway) readyz(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write([]byte("ready\n"))
 }
 
-// middleware builds the httplimit middleware of cfg.
-func middleware(cfg *config.File, limiter sluice.Limiter, obs enforce.Observer) (*httplimit.Middleware, *clientip.Resolver, error) {
+// middleware builds the httplimit middleware of cfg; its fence's
+// refusals are counted in refused, by reason.
+func middleware(cfg *config.File, limiter sluice.Limiter, obs enforce.Observer, refused *metrics.Refused) (*httplimit.Middleware, *clientip.Resolver, error) {
 	trusted, err := clientip.ParseTrusted(cfg.ClientIP.TrustedProxies)
 	if err != nil {
 		return nil, nil, cfg.ErrorAt("client_ip.trusted_proxies", err)
@@ -478,11 +480,33 @@ func middleware(cfg *config.File, limiter sluice.Limiter, obs enforce.Observer) 
 		opts.Version = ratelimitheader.Draft06
 	}
 	opts.Rules = cfg.HTTPRules()
+	if opts.Fence, err = fence(cfg, refused); err != nil {
+		return nil, nil, err
+	}
 	mw, err := httplimit.New(opts)
 	if err != nil {
 		return nil, nil, cfg.ErrorAt("rules", err)
 	}
 	return mw, ip, nil
+}
+
+// fence is cfg's fence: the zero httplimit.Fence without a fence:
+// section. A request that passes is forwarded with its Sluice-Lease-Epoch
+// field (the upstream may log it, or fence too); a refused one never
+// reaches the upstream, and is counted in refused (when not nil).
+func fence(cfg *config.File, refused *metrics.Refused) (httplimit.Fence, error) {
+	if cfg.Fence == nil {
+		return httplimit.Fence{}, nil
+	}
+	fences, err := lease.NewFences(cfg.Fence.FenceOptions())
+	if err != nil {
+		return httplimit.Fence{}, cfg.ErrorAt("fence", err)
+	}
+	f := httplimit.Fence{Fences: fences, Required: cfg.Fence.Required}
+	if refused != nil {
+		f.Refused = func(_ *http.Request, reason string) { refused.Inc(reason) }
+	}
+	return f, nil
 }
 
 // upstreamTransport is http.DefaultTransport's, with enough idle

@@ -6,6 +6,7 @@ import (
 
 	"github.com/sluicehq/sluice/clientip"
 	"github.com/sluicehq/sluice/gateway/config"
+	"github.com/sluicehq/sluice/lease"
 )
 
 // headerPolicy is what the gateway does to a request's header before the
@@ -76,6 +77,11 @@ func newHeaderPolicy(cfg *config.File, ip *clientip.Resolver) headerPolicy {
 	}
 	for _, name := range proxyHeaders {
 		add(protectedHeader{name: name, principal: true})
+	}
+	if cfg.Fence != nil {
+		// The fence reads the canonical field and forwards it: another
+		// spelling would reach the upstream unchecked.
+		add(protectedHeader{name: http.CanonicalHeaderKey(lease.FenceHeader)})
 	}
 	principals := cfg.PrincipalHeaders()
 	for _, r := range cfg.Rules {

@@ -65,7 +65,7 @@ rules:
 		t.Fatal(err)
 	}
 	seen := &ruleSeen{}
-	mw, ip, err := middleware(cfg, store, seen)
+	mw, ip, err := middleware(cfg, store, seen, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -62,4 +63,42 @@ func Example() {
 	// 200 "per-key";r=1;t=1, "tokens";r=9999;t=1 |  | answer
 	// 200 "per-key";r=0;t=2, "tokens";r=9298;t=253 |  | answer
 	// 429 "per-key";r=0;t=1, "tokens";r=8598;t=505 | 1 | {"error":"rate_limited","retryable":true}
+}
+
+// A target that refuses a paused lease holder: the requests carry the
+// lease they are sent under (lease.FormatFence), and once the partition's
+// new holder has been seen, the old one is refused with 409.
+func Example_fence() {
+	store, err := memstore.New(memstore.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer store.Close()
+	fences, err := lease.NewFences(lease.FenceOptions{Groups: []string{"openai-tokens"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	mw, err := httplimit.New(httplimit.Options{
+		Limiter: store,
+		Rules:   []httplimit.Rule{{Name: "all", Quotas: []httplimit.Quota{{Limit: sluice.Limit{Name: "global", Quota: 100, Window: time.Second}}}}},
+		Fence:   httplimit.Fence{Fences: fences},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	h := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "done") }))
+
+	paused := lease.Spend{Group: "openai-tokens", Grant: lease.Grant{Partition: 3, Epoch: 5}}
+	successor := lease.Spend{Group: "openai-tokens", Grant: lease.Grant{Partition: 3, Epoch: 9}}
+	for _, s := range []lease.Spend{paused, successor, paused} {
+		r := httptest.NewRequest("POST", "/v1/complete", nil)
+		r.Header.Set(lease.FenceHeader, lease.FormatFence(s))
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		fmt.Printf("epoch %d: %d %s\n", s.Epoch, w.Code, w.Body.String())
+	}
+	// Output:
+	// epoch 5: 200 done
+	// epoch 9: 200 done
+	// epoch 5: 409 {"error":"stale_lease_epoch","retryable":false}
 }

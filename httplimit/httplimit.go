@@ -26,6 +26,11 @@
 // an identity or a partition key; every branch — a known or unknown API
 // key, a key seen before or not — sends the same fields, the same bytes of
 // body, and makes the same one call to the limiter.
+//
+// With Options.Fence, a request carrying a lease fencing token
+// (Sluice-Lease-Epoch, package lease) is checked before any rule: one from
+// a holder whose lease was taken over (a stale epoch) is refused with 409
+// Conflict and spends nothing (see Fence).
 package httplimit
 
 import (
@@ -69,6 +74,10 @@ type Options struct {
 	// account ID from the authentication context). Default: a per-process
 	// pseudonym of the first quota's key (never the key itself).
 	TenantLabel func(*http.Request) string
+	// Fence checks the lease fencing token (lease.FenceHeader) of every
+	// request before any rule, and refuses a stale epoch with 409: see
+	// Fence. The zero Fence checks nothing.
+	Fence Fence
 }
 
 // Middleware enforces its rules. It is safe for concurrent use.
@@ -83,6 +92,7 @@ type Middleware struct {
 	observer  enforce.Observer
 	label     func(*http.Request) string
 	seed      maphash.Seed
+	fence     Fence
 	sleep     func(context.Context, time.Duration) bool // tests: instead of a timer
 }
 
@@ -98,10 +108,13 @@ func New(opts Options) (*Middleware, error) {
 	if opts.Version != ratelimitheader.Draft11 && opts.Version != ratelimitheader.Draft06 {
 		return nil, fmt.Errorf("httplimit: unknown Version %d", opts.Version)
 	}
+	if err := opts.Fence.validate(); err != nil {
+		return nil, err
+	}
 	m := &Middleware{
 		limiter: opts.Limiter, ip: opts.ClientIP, principal: opts.Principal,
 		version: opts.Version, legacy: opts.Legacy, observer: opts.Observer, label: opts.TenantLabel,
-		seed: maphash.MakeSeed(),
+		seed: maphash.MakeSeed(), fence: opts.Fence,
 	}
 	m.charger, _ = opts.Limiter.(sluice.Charger)
 	if m.ip == nil {
@@ -144,6 +157,9 @@ type request struct {
 }
 
 func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	if m.fence.Fences != nil && !m.checkFence(w, r) {
+		return // a stale or malformed fence: refused before any limit is spent
+	}
 	var req request
 	if !m.match(r, &req) {
 		next.ServeHTTP(w, r)

@@ -628,12 +628,12 @@ func TestFleetNaiveHolderExceeds(t *testing.T) {
 // back within one TTL of the link's return.
 func TestFleetRegionalPartition(t *testing.T) {
 	f := newFleet(t)
-	var r1, r2 []*child
+	var r1 []*child
 	for _, m := range []string{"r1a", "r1b"} {
 		r1 = append(r1, f.start(m, 0, false))
 	}
 	for _, m := range []string{"r2a", "r2b"} {
-		r2 = append(r2, f.start(m, 0, false))
+		f.start(m, 0, false)
 	}
 	time.Sleep(settle)
 	count := func(prefix string) int {

@@ -53,7 +53,6 @@ type part struct {
 type reachability struct {
 	known, ok bool
 	since     time.Time
-	lastErr   string
 }
 
 type counters struct {

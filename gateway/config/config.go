@@ -70,6 +70,10 @@
 //	  escaped_slashes: reject       # %2F, %5C or \ in the path: reject (400) or unescape (a separator)
 //	  path_parameters: keep         # ";" in a segment: keep (data), strip (as Java servlets do) or reject (400)
 //	  headers_with_underscores: allow # a header named with "_" or another byte outside A-Za-z0-9-: allow, drop or reject (400)
+//	fence:                          # absent: lease fencing tokens (Sluice-Lease-Epoch) are not checked; fence: {} checks any group's
+//	  groups: []                    # the lease groups fenced (another group's token: 403); empty: any, up to max_groups
+//	  max_groups: 1024              # without groups: groups remembered at most; a new one past it: 403 (never one forgotten)
+//	  required: false               # true: a request without Sluice-Lease-Epoch is refused (428)
 //	limits:
 //	  - name: per-ip
 //	    algorithm: token_bucket     # gcra, fixed_window, sliding_log, sliding_window, leaky_bucket, concurrency
@@ -113,6 +117,7 @@ import (
 	"github.com/sluicehq/sluice/internal/redisconfig"
 	"github.com/sluicehq/sluice/internal/secret"
 	"github.com/sluicehq/sluice/internal/tlsconfig"
+	"github.com/sluicehq/sluice/lease"
 )
 
 // MaxFileSize bounds a configuration file.
@@ -131,6 +136,7 @@ type File struct {
 	Headers  Headers          `yaml:"headers"`
 	ClientIP ClientIP         `yaml:"client_ip"`
 	Request  Request          `yaml:"request"`
+	Fence    *Fence           `yaml:"fence"`
 	Limits   []Limit          `yaml:"limits"`
 	Rules    []Rule           `yaml:"rules"`
 
@@ -312,6 +318,58 @@ type Request struct {
 	// X_Forwarded_For for X-Forwarded-For: the same HTTP_X_USER to those
 	// upstreams) is always dropped.
 	HeadersWithUnderscores string `yaml:"headers_with_underscores"`
+}
+
+// Fence turns on the checking of lease fencing tokens (package lease,
+// httplimit.Fence): a request carrying Sluice-Lease-Epoch whose epoch is
+// below the highest this gateway has seen for its partition comes from a
+// holder whose lease was taken over, and is refused with 409 before any
+// rule spends and before the upstream is called. Absent (nil): the field
+// is not read, and is forwarded as any other.
+type Fence struct {
+	// Groups are the lease groups fenced (names as lease.Group.Name); a
+	// token of another group is refused (403). Empty: any group, up to
+	// MaxGroups.
+	Groups []string `yaml:"groups"`
+	// MaxGroups bounds the groups remembered when Groups is empty; once
+	// reached, a token of a new group is refused (403) rather than another
+	// group forgotten (which would let its stale epochs through). 0:
+	// lease.DefaultMaxFenceGroups (1024). Not with Groups.
+	MaxGroups int `yaml:"max_groups"`
+	// Required refuses a request without the field (428).
+	Required bool `yaml:"required"`
+}
+
+// FenceOptions is the table's options (for a File with a fence: section).
+func (f Fence) FenceOptions() lease.FenceOptions {
+	return lease.FenceOptions{Groups: f.Groups, MaxGroups: f.MaxGroups}
+}
+
+// validateFence checks the fence section, with the line of what is wrong.
+func (f *File) validateFence() error {
+	if f.Fence == nil {
+		if _, found := f.node([]any{"fence"}); found { // fence: with nothing under it
+			return f.errAt([]any{"fence"}, "fence: present but empty — write fence: {} to check the tokens of any lease group, or leave fence out")
+		}
+		return nil
+	}
+	fc := f.Fence
+	if fc.MaxGroups < 0 {
+		return f.errAt([]any{"fence", "max_groups"}, "fence max_groups %d: must be positive (0 or absent: %d)", fc.MaxGroups, lease.DefaultMaxFenceGroups)
+	}
+	if fc.MaxGroups != 0 && len(fc.Groups) > 0 {
+		return f.errAt([]any{"fence", "max_groups"}, "fence: max_groups with groups: the list is the bound; give one or the other")
+	}
+	for i, g := range fc.Groups {
+		if j := slices.Index(fc.Groups[:i], g); j >= 0 {
+			return f.errAt([]any{"fence", "groups", i}, "fence: group %q is listed twice (first as groups[%d])", g, j)
+		}
+		if _, err := lease.NewFences(lease.FenceOptions{Groups: []string{g}}); err != nil {
+			why := strings.TrimPrefix(err.Error(), lease.ErrInvalid.Error()+": fence ")
+			return f.errAt([]any{"fence", "groups", i}, "fence: %s", verbatim(why))
+		}
+	}
+	return nil
 }
 
 // Values of the Request fields.
@@ -521,6 +579,9 @@ func (f *File) validate() error {
 		return f.errAt([]any{"client_ip", "ipv6_prefix"}, "ipv6_prefix %d: 1 to 128 (0: 64)", p)
 	}
 	if err := f.validateRequest(); err != nil {
+		return err
+	}
+	if err := f.validateFence(); err != nil {
 		return err
 	}
 	if err := f.validateServer(); err != nil {

@@ -28,6 +28,7 @@ func FuzzParse(f *testing.F) {
 		"store: {kind: redis, redis: {username: u, password_env: P, db: 1, tls: {ca_file: c, server_name: r.internal}, connect_timeout: 2s,\n" +
 		"  sentinel: {master: m, addrs: ['127.0.0.1:26379'], password_file: /p}, key_hmac_env: K}}\nlimits: [{name: a, quota: 1, window: 1s}]\nrules: [{name: r, quotas: [{limit: a, key: ip}]}]\n"))
 	f.Add([]byte("store: {kind: redis, redis: {addrs: ['redis://u:p@h:1'], password: x}}\n"))
+	f.Add([]byte("fence: {groups: [a, b/c], required: true}\nlimits: [{name: a, quota: 1, window: 1s}]\nrules: [{name: r, quotas: [{limit: a, key: ip}]}]\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		_, err := config.Parse("fuzz.yaml", data)
 		if err == nil {
