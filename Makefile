@@ -13,7 +13,7 @@ BENCHTIME ?= 1s
 COUNT     ?= 6
 OUT       := bench/out
 
-.PHONY: test lint fuzz fuzz-edge bench bench-memory bench-redis bench-http bench-gateway bench-rls bench-pace bench-queue sim fault soak bench-queue-memory bench-relay-memory help
+.PHONY: test lint fuzz fuzz-edge bench bench-memory bench-redis bench-http bench-gateway bench-rls bench-pace bench-queue sim fault soak bench-queue-memory bench-relay-memory bench-fleet help
 
 help:
 	@echo "make test          the tests, with -race and -shuffle (the README's test command)"
@@ -31,6 +31,7 @@ help:
 	@echo "make sim           the client against sluice's own middleware, 5×L offered, on a simulated clock: the figures of docs/BENCHMARKS.md"
 	@echo "make bench-queue-memory  RSS of a consumer with 1e6 tasks queued against 1e3 (boltqueue)"
 	@echo "make bench-relay-memory  RSS of a relay draining 1e6 queued tasks against 1e3"
+	@echo "make bench-fleet   relay processes sharing L = 400/s: leased partitions against one shared Redis bucket, steady, uneven, cut; kill and regional"
 	@echo "make soak          the queue's kill -9 harness, 1000 trials (CI runs 100 in make test); the fleet's faults, 50 injections each (CI: 5)"
 	@echo "make fault         the Redis outage run with the issue's bounds (timeout + 10 ms)"
 
@@ -134,6 +135,9 @@ sim:
 soak:
 	SLUICE_CRASH_TRIALS=1000 $(GO) test -count=1 -timeout 60m -run 'TestKill9$$' -v ./boltqueue | grep -E '^(--- |ok|FAIL)|crash_test'
 	SLUICE_FLEET_INJECTIONS=50 $(GO) test -count=1 -timeout 60m -run 'TestFleet' -v ./lease | grep -E '^(--- |ok|FAIL)|fleet_test'
+
+bench-fleet:
+	SLUICE_FLEET_MODES=1 $(GO) test -count=1 -timeout 20m -run 'TestFleetModes|TestFleetSteady|TestFleetUneven|TestFleetKilled|TestFleetRegional' -v ./lease | grep -E '^(--- |ok|FAIL)|fleet_test'
 
 bench-relay-memory:
 	SLUICE_MEMORY=1 $(GO) test -count=1 -timeout 20m -run 'TestMemoryIndependentOfBacklog' -v ./relay | grep -E '^(--- |ok|FAIL)|memory_test'

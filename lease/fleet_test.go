@@ -36,6 +36,7 @@ import (
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/queue"
+	"github.com/sluicehq/sluice/redisbucket"
 	"github.com/sluicehq/sluice/redislease"
 	"github.com/sluicehq/sluice/redisstore"
 	"github.com/sluicehq/sluice/relay"
@@ -59,7 +60,17 @@ type childConfig struct {
 	Offered float64 // tasks per second enqueued; 0: a backlog of 100k
 	Dir     string
 	Prefix  string
+	Bucket  bool // the other mode: a shared token bucket (redisbucket), not leases
 }
+
+// bucketBudget spends from a redisbucket.Budget: no fence.
+type bucketBudget struct{ b *redisbucket.Budget }
+
+func (b bucketBudget) Wait(ctx context.Context, cost float64) (string, error) {
+	return "", b.b.Wait(ctx, cost)
+}
+func (bucketBudget) Stale(string)    {}
+func (b bucketBudget) Rate() float64 { return b.b.Rate() }
 
 func TestMain(m *testing.M) {
 	if v := os.Getenv(childEnv); v != "" {
@@ -102,12 +113,23 @@ func fleetChild(v string) int {
 	signal.Notify(sig, syscall.SIGTERM, os.Interrupt)
 	go func() { <-sig; cancel() }()
 	var wg sync.WaitGroup
-	wg.Go(func() { _ = h.Run(ctx) })
+	budget := relay.HolderBudget(h)
+	if c.Bucket {
+		b, err := redisbucket.New(redisbucket.Options{Client: conn, Limit: limit, Prefix: c.Prefix})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+		defer b.Close()
+		budget = bucketBudget{b}
+	} else {
+		wg.Go(func() { _ = h.Run(ctx) })
+	}
 	r, err := relay.New(ctx, relay.Options{
 		Targets: []relay.Target{{
 			Name: "api", Origin: c.Target, Limits: []sluice.Limit{limit},
 			Allow:   []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
-			Timeout: 5 * time.Second, Budget: relay.HolderBudget(h),
+			Timeout: 5 * time.Second, Budget: budget,
 		}},
 		Queues: []relay.Queue{{Name: "work", Target: "api"}},
 		Open: func(_ context.Context, name string) (queue.Queue, error) {
@@ -200,9 +222,13 @@ func newFleet(t *testing.T) *fleet {
 
 // start runs a child relay process and waits for it to be ready.
 func (f *fleet) start(member string, offered float64, naive bool) *child {
+	return f.startMode(member, offered, naive, false)
+}
+
+func (f *fleet) startMode(member string, offered float64, naive, bucket bool) *child {
 	f.t.Helper()
 	p := newProxy(f.t, f.redis.Addr())
-	cfg, _ := json.Marshal(childConfig{Redis: p.addr(), Target: f.target.URL, Member: member, Naive: naive, Offered: offered, Dir: f.t.TempDir(), Prefix: f.prefix})
+	cfg, _ := json.Marshal(childConfig{Redis: p.addr(), Target: f.target.URL, Member: member, Naive: naive, Offered: offered, Dir: f.t.TempDir(), Prefix: f.prefix, Bucket: bucket})
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"="+string(cfg))
 	cmd.Stderr = &prefixWriter{t: f.t, prefix: member + ": "}
@@ -695,5 +721,66 @@ func TestFleetRegionalPartition(t *testing.T) {
 	if allMost > fleetBound {
 		at, by := f.peak()
 		t.Errorf("%d arrivals in one second > L + B = %d: from %v after the cut (mended %v after it): %v", allMost, fleetBound, at.Sub(cut), mended.Sub(cut), by)
+	}
+}
+
+// The two coordination modes side by side in the same harness: leased
+// partitions and one shared bucket (redisbucket, slices of L × 100 ms),
+// steady, uneven (80/10/10) and with one process cut from Redis for 2.5 s.
+// The figures go to docs/BENCHMARKS.md; the shared bucket is held to its
+// own documented bound, B + L + N × slice in a second.
+func TestFleetModes(t *testing.T) {
+	if os.Getenv("SLUICE_FLEET_MODES") == "" {
+		t.Skip("a comparison for docs/BENCHMARKS.md: make bench-fleet")
+	}
+	type row struct {
+		mode, load string
+		rate       float64
+		most       int
+		calls      float64 // Redis calls per second per process
+	}
+	var rows []row
+	for _, bucket := range []bool{false, true} {
+		mode := "leases"
+		if bucket {
+			mode = "bucket"
+		}
+		for _, load := range []string{"steady", "uneven", "cut"} {
+			f := newFleet(t)
+			offered := map[string]float64{"a": 0, "b": 0, "c": 0}
+			if load == "uneven" {
+				offered = map[string]float64{"a": 0.8 * fleetL, "b": 0.1 * fleetL, "c": 0.1 * fleetL}
+			}
+			var cs []*child
+			for _, m := range []string{"a", "b", "c"} {
+				cs = append(cs, f.startMode(m, offered[m], false, bucket))
+			}
+			time.Sleep(settle + fleetTTL)
+			from, calls := time.Now(), f.evalCalls()
+			if load == "cut" {
+				cs[0].proxy.setCut(true)
+				time.Sleep(2500 * time.Millisecond)
+				cs[0].proxy.setCut(false)
+				time.Sleep(2500 * time.Millisecond)
+			} else {
+				time.Sleep(5 * time.Second)
+			}
+			to, calls := time.Now(), f.evalCalls()-calls
+			f.stopAll()
+			most, rate := f.window(from, to)
+			r := row{mode, load, rate, most, float64(calls) / 3 / to.Sub(from).Seconds()}
+			rows = append(rows, r)
+			bound := fleetBound
+			if bucket {
+				bound += 3 * int(fleetL/10)
+			}
+			if most > bound {
+				t.Errorf("%s %s: %d in one second > %d", mode, load, most, bound)
+			}
+		}
+	}
+	t.Log("| mode | load | admitted/s (% of L) | most in 1 s (L + B = 440) | Redis calls/s per process |")
+	for _, r := range rows {
+		t.Logf("| %s | %s | %.1f (%.1f %%) | %d | %.1f |", r.mode, r.load, r.rate, 100*r.rate/fleetL, r.most, r.calls)
 	}
 }
