@@ -24,6 +24,7 @@ var adapters = []struct {
 	{"github.com/spf13/cobra", []string{"internal/cli"}},
 	{"github.com/fsnotify/fsnotify", []string{"internal/filewatch"}},
 	{"go.etcd.io/bbolt", []string{"boltqueue"}},
+	{"go.etcd.io/etcd/", []string{"etcdlease"}},
 	{"github.com/nats-io/", []string{"jsqueue"}},
 	{"github.com/schollz/progressbar/", []string{"internal/cli"}},
 	{"github.com/chromedp/", []string{"relay/console"}},
@@ -58,9 +59,19 @@ var leanUsers = []struct {
 	// The relay and its adapters compile no backend (they come in through
 	// Options.Open) and no Prometheus (the command registers the metrics).
 	{"relay", []string{"go.etcd.io/bbolt", "github.com/nats-io/", "github.com/redis/", "google.golang.org/grpc", "github.com/prometheus/"}},
-	{"relay/config", []string{"go.etcd.io/bbolt", "github.com/nats-io/", "github.com/redis/", "google.golang.org/grpc", "github.com/prometheus/"}},
+	// The relay's file reads the fleet's Redis connection (the shape every
+	// sluice file shares, internal/redisconfig, which builds redisstore's
+	// dial options): Redis's client, nothing else.
+	{"relay/config", []string{"go.etcd.io/bbolt", "github.com/nats-io/", "google.golang.org/grpc", "github.com/prometheus/"}},
 	{"relay/httpapi", []string{"go.etcd.io/bbolt", "github.com/nats-io/", "github.com/redis/", "google.golang.org/grpc", "github.com/prometheus/"}},
 	{"relay/console", []string{"go.etcd.io/bbolt", "github.com/nats-io/", "github.com/redis/", "google.golang.org/grpc", "github.com/prometheus/", "github.com/chromedp/"}},
+	// The fleet's contract and its in-memory Coordinator: no client at all;
+	// the Redis Coordinator compiles the scripts' runner, not a client.
+	{"lease", []string{"go.etcd.io/", "github.com/redis/", "google.golang.org/grpc", "github.com/prometheus/", "github.com/nats-io/"}},
+	{"memlease", []string{"go.etcd.io/", "github.com/redis/", "google.golang.org/grpc", "github.com/prometheus/"}},
+	{"leasetest", []string{"go.etcd.io/", "github.com/redis/", "google.golang.org/grpc", "github.com/prometheus/"}},
+	{"redislease", []string{"github.com/redis/", "go.etcd.io/etcd", "github.com/prometheus/"}},
+	{"redisbucket", []string{"github.com/redis/", "go.etcd.io/etcd", "github.com/prometheus/"}},
 	// The in-process store.
 	{"memstore", []string{"google.golang.org/grpc", "github.com/redis/", "github.com/prometheus/", "github.com/envoyproxy/"}},
 }
