@@ -2,24 +2,45 @@
 // implementation (redislease, etcdlease, memlease) runs Run unchanged, as
 // River's drivers run riverdrivertest.
 //
+// The cases: acquisition up to what is asked and free; 16 members
+// acquiring at once, 20 times, never sharing a partition; renewal under
+// the acquisition's epoch only, by its holder only, and keeping the lease
+// alive; release, Leave and lapse handing partitions on under larger
+// epochs, TakenOver exactly for lapses; a holder re-claiming its lapsed
+// lease no one took; a random walk of syncs, releases, leaves and lapses
+// by three members checking that epochs only grow and only the newest is
+// renewed; members leaving the list a TTL after their last Sync or at
+// once on Leave; groups that share a prefix kept apart; every invalid
+// request refused with lease.ErrInvalid and without effect; a cancelled
+// context refused.
+//
 // The suite keeps real time, because leases lapse on the Coordinator's
 // clock (a server's, or the caller's wall clock): the cases that wait for
-// a lapse use TTLs of 300 ms and wait TTL + 150 ms before they look, and
-// no case bounds how long a call takes tighter than several TTLs. The
-// cases that must not see a lapse use a TTL of 10 s, so that a slow
-// machine cannot make them fail.
+// a lapse use TTLs of 200 to 400 ms and wait TTL + 150 ms before they
+// look, and no case bounds how long a call takes tighter than several
+// TTLs. The cases that must not see a lapse use a TTL of 10 s, so that a
+// slow machine cannot make them fail.
 //
 // Each case uses groups of its own, named "lt-" and random hex, so runs
-// against a shared server never collide and need no cleanup; the cases run
-// in parallel.
+// against a shared server never collide and need no cleanup; the cases
+// run in parallel.
 //
-// What the suite leaves open: whether the first acquisition of a partition
-// in a brand-new group is TakenOver. A Coordinator that cannot tell a new
-// group from one whose state it lost (etcdlease after a data loss,
-// redislease after a restart without persistence) reports true, which is
-// the safe answer; one that can may report false. Partitions given back
-// by Release or Leave must be acquired with TakenOver false, and
-// partitions whose holder's lease lapsed with TakenOver true.
+// What the suite leaves open, because the contract does:
+//   - whether the first acquisition of a partition in a brand-new group is
+//     TakenOver. A Coordinator that cannot tell a new group from one whose
+//     state it lost (etcdlease after a data loss, redislease after a
+//     restart without persistence) reports true, the safe answer; one that
+//     can may report false. Partitions given back by Release or Leave must
+//     be acquired with TakenOver false, and partitions whose holder's
+//     lease lapsed with TakenOver true.
+//   - whether a Sync may acquire a partition that its own Held or Release
+//     names (etcdlease does not).
+//   - the order of Renewed and Acquired.
+//   - whether a Sync that races others acquires all that was free when it
+//     began: uncontended, it must acquire min(Acquire, free).
+//
+// What it asks beyond the letter of the contract: Leave of a member that
+// already left is no error.
 package leasetest
 
 import (
