@@ -1,9 +1,11 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -25,8 +28,11 @@ import (
 	"github.com/sluicehq/sluice/internal/filewatch"
 	"github.com/sluicehq/sluice/internal/secret"
 	"github.com/sluicehq/sluice/jsqueue"
+	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/queue"
+	"github.com/sluicehq/sluice/redislease"
+	"github.com/sluicehq/sluice/redisstore"
 	"github.com/sluicehq/sluice/relay"
 	"github.com/sluicehq/sluice/relay/config"
 	"github.com/sluicehq/sluice/relay/console"
@@ -139,8 +145,14 @@ func runRelay(ctx context.Context, f relayFlags, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	fl, err := openFleet(cfg, log)
+	if err != nil {
+		return err
+	}
+	defer fl.close()
 	o := cfg.Options()
 	o.Open, o.Logger = open, log
+	fl.budgets(&o)
 	r, err := relay.New(ctx, o)
 	if err != nil {
 		return err
@@ -148,6 +160,9 @@ func runRelay(ctx context.Context, f relayFlags, stderr io.Writer) error {
 	defer r.Close()
 	m, err := metrics.New(metrics.Options{})
 	if err != nil {
+		return err
+	}
+	if err := fl.register(m); err != nil {
 		return err
 	}
 	for _, name := range r.Queues() {
@@ -203,6 +218,10 @@ func runRelay(ctx context.Context, f relayFlags, stderr io.Writer) error {
 			}
 		})
 	}
+	// The leases are kept from before the first task until after the
+	// last: the partitions are given back once the relay has stopped.
+	fl.start(ctx)
+	defer fl.stop()
 	wg.Go(func() { _ = r.Run(runCtx) })
 	// Watching starts before "relay running": a change made once that line
 	// is out is never missed.
@@ -212,9 +231,10 @@ func runRelay(ctx context.Context, f relayFlags, stderr io.Writer) error {
 	} else {
 		defer watcher.Close()
 	}
-	wg.Go(func() { watchRelayConfig(runCtx, f.config, watcher, hup, r, log) })
-	log.Info("relay running", "api", listeners[0].Addr().String(), "admin", listeners[1].Addr().String(),
-		"queues", strings.Join(r.Queues(), ","), "targets", strings.Join(r.Targets(), ","), "store", storeName(cfg), "version", version(debug.ReadBuildInfo()))
+	wg.Go(func() { watchRelayConfig(runCtx, f.config, watcher, hup, r, fl, log) })
+	running := []any{"api", listeners[0].Addr().String(), "admin", listeners[1].Addr().String(),
+		"queues", strings.Join(r.Queues(), ","), "targets", strings.Join(r.Targets(), ","), "store", storeName(cfg), "version", version(debug.ReadBuildInfo())}
+	log.Info("relay running", append(running, fl.logAttrs()...)...)
 	<-runCtx.Done()
 	shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -223,6 +243,7 @@ func runRelay(ctx context.Context, f relayFlags, stderr io.Writer) error {
 	}
 	stop()
 	wg.Wait()
+	fl.stop()
 	log.Info("relay stopped")
 	select {
 	case err := <-errs:
@@ -242,7 +263,7 @@ func storeName(cfg *config.File) string {
 // watchRelayConfig reloads the configuration on SIGHUP and when its file
 // changes: a refused file is logged with its line and the running
 // configuration kept.
-func watchRelayConfig(ctx context.Context, path string, w *filewatch.Watcher, hup <-chan struct{}, r *relay.Relay, log *slog.Logger) {
+func watchRelayConfig(ctx context.Context, path string, w *filewatch.Watcher, hup <-chan struct{}, r *relay.Relay, fl *relayFleet, log *slog.Logger) {
 	changes := make(chan struct{}, 1)
 	poke := func() {
 		select {
@@ -264,7 +285,12 @@ func watchRelayConfig(ctx context.Context, path string, w *filewatch.Watcher, hu
 		}
 		cfg, err := config.Load(path)
 		if err == nil {
-			err = r.Reload(cfg.Options())
+			err = fl.same(cfg)
+		}
+		if err == nil {
+			o := cfg.Options()
+			fl.budgets(&o)
+			err = r.Reload(o)
 		}
 		if err != nil {
 			log.Error("relay: configuration refused; the running one is kept", "err", err)
@@ -291,6 +317,21 @@ func checkRelay(path string) (string, error) {
 	}
 	o := cfg.Options()
 	lines := []string{fmt.Sprintf("%s: ok (%d targets, %d queues, %s store, for sluice relay)", path, len(o.Targets), len(o.Queues), storeName(cfg))}
+	leases := map[string]config.Lease{}
+	for _, l := range cfg.Leases() {
+		leases[l.Target] = l
+	}
+	if fl := cfg.Fleet; fl != nil {
+		now := time.Now()
+		if _, err := cfg.RedisDialOptions(now); err != nil { // the password and TLS files, as a start reads them
+			return "", err
+		}
+		member := "random at each start"
+		if fl.Member != "" {
+			member = fl.Member
+		}
+		lines = append(lines, fmt.Sprintf("  fleet: redis %s; key prefix %s; member %s; %d target(s) share a limit", fl.Redis.Describe(now), cmp.Or(fl.Prefix, redislease.DefaultPrefix), member, len(leases)))
+	}
 	for _, t := range o.Targets {
 		limits := "learned from its answers"
 		if len(t.Limits) > 0 {
@@ -301,6 +342,12 @@ func checkRelay(path string) (string, error) {
 			limits = strings.Join(parts, "; ")
 		}
 		lines = append(lines, fmt.Sprintf("  target %s: %s, limits: %s", t.Name, t.Origin, limits))
+		if l, ok := leases[t.Name]; ok {
+			lo := l.Options
+			p := float64(lo.Partitions)
+			lines = append(lines, fmt.Sprintf("    fleet: %s shared as lease group %s: %d partitions of %g per %v (burst %g), ttl %v, renew %v, drift %v",
+				l.Limit, lo.Limit.Name, lo.Partitions, lo.Limit.Quota/p, lo.Limit.Window, lo.Limit.Capacity()/p, lo.TTL, lo.Renew, lo.Drift))
+		}
 	}
 	for _, q := range o.Queues {
 		share := ""
@@ -314,4 +361,172 @@ func checkRelay(path string) (string, error) {
 		lines = append(lines, fmt.Sprintf("  queue %s → %s: weight %g%s", q.Name, q.Target, w, share))
 	}
 	return strings.Join(lines, "\n"), nil
+}
+
+// relayFleet holds the leases of the targets that share a limit with
+// other relays (a fleet block): one Redis connection, one redislease
+// Coordinator, one lease.Holder per target. A nil *relayFleet is a relay
+// without a fleet: its methods do nothing.
+type relayFleet struct {
+	conn    *redisstore.Conn
+	member  string
+	leases  []config.Lease
+	holders []*lease.Holder // in the order of leases
+	fleet   *config.Fleet   // as loaded: a reload must not change it
+
+	cancel  context.CancelFunc
+	running sync.WaitGroup // the Holders' Run
+}
+
+// openFleet dials the fleet's Redis and makes a Holder per fleet target;
+// nil when no target has a fleet block. A Redis down at start is no
+// error: the relay starts, the Holders hold nothing until it answers, and
+// the fleet's tasks wait.
+func openFleet(cfg *config.File, log *slog.Logger) (*relayFleet, error) {
+	leases := cfg.Leases()
+	if len(leases) == 0 {
+		return nil, nil
+	}
+	dial, err := cfg.RedisDialOptions(time.Now())
+	if err != nil {
+		return nil, err
+	}
+	conn, err := redisstore.Dial(dial)
+	if err != nil {
+		return nil, fmt.Errorf("relay: fleet.redis: %w", err) // redisstore's, which says what Redis refused
+	}
+	coord, err := redislease.New(redislease.Options{Client: conn, Prefix: cfg.Fleet.Prefix})
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("relay: fleet: %w", err)
+	}
+	fl := &relayFleet{conn: conn, member: cfg.Fleet.Member, leases: leases, fleet: cfg.Fleet}
+	if fl.member == "" {
+		raw := make([]byte, 8)
+		_, _ = rand.Read(raw)
+		fl.member = "relay-" + hex.EncodeToString(raw)
+	}
+	for _, l := range leases {
+		o := l.Options
+		o.Coordinator, o.Member, o.Logger = coord, fl.member, log
+		h, err := lease.New(o)
+		if err != nil { // checked by config.Load, with the same options
+			conn.Close()
+			return nil, fmt.Errorf("relay: target %s: fleet: %w", l.Target, err)
+		}
+		fl.holders = append(fl.holders, h)
+	}
+	if !conn.Connected() {
+		log.Warn("relay: the fleet's Redis does not answer yet: the targets sharing a limit send nothing until it does; connecting in the background",
+			"redis", cfg.Fleet.Redis.Describe(time.Now()).String(), "targets", strings.Join(fl.targets(), ","))
+	}
+	return fl, nil
+}
+
+func (fl *relayFleet) targets() []string {
+	names := make([]string, len(fl.leases))
+	for i, l := range fl.leases {
+		names[i] = l.Target
+	}
+	return names
+}
+
+// budgets gives each fleet target of o its Holder's share.
+func (fl *relayFleet) budgets(o *relay.Options) {
+	if fl == nil {
+		return
+	}
+	for i, l := range fl.leases {
+		for j := range o.Targets {
+			if o.Targets[j].Name == l.Target {
+				o.Targets[j].Budget = relay.HolderBudget(fl.holders[i])
+			}
+		}
+	}
+}
+
+// same refuses a reloaded configuration whose fleet settings differ from
+// the running ones: the leases are kept under them.
+func (fl *relayFleet) same(cfg *config.File) error {
+	var leases []config.Lease
+	var fleet *config.Fleet
+	if fl != nil {
+		leases, fleet = fl.leases, fl.fleet
+	}
+	if !reflect.DeepEqual(cfg.Leases(), leases) || len(leases) > 0 && !reflect.DeepEqual(cfg.Fleet, fleet) {
+		return fmt.Errorf("%s: the fleet settings changed (fleet:, a target's fleet block, or the limit it shares): restart the relay for that", cfg.Name())
+	}
+	return nil
+}
+
+// start runs the Holders until stop. Their context is ctx's values
+// without its cancellation: a signal stops the relay first, and the
+// Holders give their partitions back after it.
+func (fl *relayFleet) start(ctx context.Context) {
+	if fl == nil {
+		return
+	}
+	ctx, fl.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	for _, h := range fl.holders {
+		fl.running.Go(func() { _ = h.Run(ctx) })
+	}
+}
+
+// stop ends the Holders' Run, which give every partition back (within a
+// second each), and waits for them. Idempotent.
+func (fl *relayFleet) stop() {
+	if fl == nil || fl.cancel == nil {
+		return
+	}
+	fl.cancel()
+	fl.running.Wait()
+}
+
+// close closes the Redis connection, after stop.
+func (fl *relayFleet) close() {
+	if fl != nil {
+		fl.conn.Close()
+	}
+}
+
+// logAttrs are the fleet's attributes of the "relay running" line: the
+// member ID and each target's lease group.
+func (fl *relayFleet) logAttrs() []any {
+	if fl == nil {
+		return nil
+	}
+	groups := make([]string, len(fl.leases))
+	for i, l := range fl.leases {
+		groups[i] = l.Target + ":" + l.Options.Limit.Name
+	}
+	return []any{"fleet_member", fl.member, "fleet_groups", strings.Join(groups, ",")}
+}
+
+// register exports the Holders' state on the relay's /metrics as
+// sluice_lease_*, one series per lease group (limit="relay.<target>.<limit>").
+func (fl *relayFleet) register(m *metrics.Metrics) error {
+	if fl == nil {
+		return nil
+	}
+	return m.RegisterLeases(func() []metrics.LeaseStats {
+		out := make([]metrics.LeaseStats, len(fl.holders))
+		for i, h := range fl.holders {
+			out[i] = leaseMetrics(h.Group().Name, h.Stats())
+		}
+		return out
+	})
+}
+
+// leaseMetrics are one Holder's figures: one key (the target's), none of
+// a keyed store's failure-policy counts.
+func leaseMetrics(group string, s lease.Stats) metrics.LeaseStats {
+	unreachable := 0
+	if !s.Reachable {
+		unreachable = 1
+	}
+	return metrics.LeaseStats{
+		Limit: group, Keys: 1, Held: s.Held, Usable: s.Usable, Quarantined: s.Quarantined, Unreachable: unreachable,
+		Acquired: s.Acquired, Released: s.Released, Lost: s.Lost, Fenced: s.Fenced, Quarantine: s.Quarantine,
+		Syncs: s.Syncs, SyncErrors: s.SyncErrors,
+	}
 }

@@ -53,6 +53,9 @@ type File struct {
 	LogEvery Duration `yaml:"log_every"`
 	Targets  []Target `yaml:"targets"`
 	Queues   []Queue  `yaml:"queues"`
+	// Fleet, when set, is where this relay shares targets' limits with
+	// other relays: the targets with a fleet block.
+	Fleet *Fleet `yaml:"fleet"`
 
 	name string
 	root *yaml.Node
@@ -105,6 +108,9 @@ type Target struct {
 	Allow       []string `yaml:"allow"`
 	KeepHeaders []string `yaml:"keep_headers"`
 	KeepBody    int      `yaml:"keep_body"`
+	// Fleet, when set, shares one of the target's limits with the other
+	// relays of the top-level fleet section.
+	Fleet *TargetFleet `yaml:"fleet"`
 }
 
 // Limit is one of a target's limits.
@@ -209,30 +215,53 @@ func yamlReason(err error) string {
 		}
 	}
 	if m := unknownField.FindStringSubmatch(msg); m != nil {
-		where := strings.ToLower(m[2])
-		if where == "file" {
-			where = "the file's top level"
+		where := fieldsOf[m[2]]
+		if where == "" {
+			where = strings.ToLower(strings.TrimPrefix(m[2], "config."))
 		}
 		return fmt.Sprintf("unknown field %q in %s (docs/relay.md lists the fields)", m[1], where)
 	}
 	if m := wrongType.FindStringSubmatch(msg); m != nil {
-		want := map[string]string{"float64": "a number", "int": "a whole number", "int64": "a whole number", "string": "a string", "bool": "true or false"}[m[3]]
-		if want == "" {
-			want = "a " + strings.TrimPrefix(strings.TrimPrefix(m[3], "[]"), "config.")
-			if strings.HasPrefix(m[3], "[]") {
-				want = "a list"
-			}
+		typ := strings.TrimPrefix(m[3], "*")
+		want := map[string]string{"float64": "a number", "int": "a whole number", "int64": "a whole number", "string": "a string", "bool": "true or false"}[typ]
+		switch {
+		case want != "":
+		case strings.HasPrefix(typ, "[]"):
+			want = "a list"
+		case mappingOf[typ] != "":
+			want = mappingOf[typ]
+		default:
+			want = "a " + strings.TrimPrefix(typ, "config.")
 		}
 		return fmt.Sprintf("%s is needed here, not %s", want, describeValue(m[1], m[2]))
 	}
 	if strings.Contains(msg, "cannot unmarshal") || strings.Contains(msg, "not found in type") {
 		return "a value of the wrong kind for its field (docs/relay.md gives each field's kind)"
 	}
-	return strings.ReplaceAll(msg, "config.", "")
+	return goPackage.ReplaceAllString(msg, "")
+}
+
+// fieldsOf names where a field was not found, by the type yaml.v3 names.
+var fieldsOf = map[string]string{
+	"config.File":            "the file's top level",
+	"config.TargetFleet":     "a target's fleet block",
+	"redisconfig.Connection": "fleet.redis",
+	"redisconfig.Sentinel":   "fleet.redis.sentinel",
+	"tlsconfig.Client":       "fleet.redis.tls",
+}
+
+// mappingOf says what a mapping-valued field holds, by its type.
+var mappingOf = map[string]string{
+	"config.Fleet":           "a mapping (redis, prefix, member)",
+	"config.TargetFleet":     "a mapping (limit, partitions, ttl, renew, drift)",
+	"redisconfig.Connection": "a mapping (addrs, password_file, tls, sentinel…)",
+	"redisconfig.Sentinel":   "a mapping (master, addrs…)",
+	"tlsconfig.Client":       "a mapping (ca_file, cert_file, key_file…)",
 }
 
 var (
-	unknownField = regexp.MustCompile(`^field (.+) not found in type config\.(\w+)`)
+	goPackage    = regexp.MustCompile(`\b\w*config\.`)
+	unknownField = regexp.MustCompile(`^field (.+) not found in type (\w*config\.\w+)`)
 	wrongType    = regexp.MustCompile("^cannot unmarshal (\\S+)(?: `([^`]*)`)? into (\\S+)")
 )
 
@@ -255,6 +284,20 @@ func describeValue(tag, value string) string {
 // lineOf is the line of the field at path (keys and indexes), or of its
 // deepest existing parent.
 func (f *File) lineOf(path ...any) int {
+	line, _ := f.find(path...)
+	return line
+}
+
+// has reports whether the file has the field at path, if only as a key
+// without a value.
+func (f *File) has(path ...any) bool {
+	_, ok := f.find(path...)
+	return ok
+}
+
+// find is the line of the field at path and true, or the line of its
+// deepest existing parent and false.
+func (f *File) find(path ...any) (int, bool) {
 	n := f.root.Content[0]
 	line := n.Line
 	for _, p := range path {
@@ -276,11 +319,11 @@ func (f *File) lineOf(path ...any) int {
 			}
 		}
 		if next == nil {
-			return line
+			return line, false
 		}
 		n = next
 	}
-	return line
+	return line, true
 }
 
 // lineOfValue finds the line of the value a decoder's error quotes first
@@ -400,7 +443,7 @@ func (f *File) validate() error {
 		}
 		return &Error{File: f.name, Reason: strings.TrimPrefix(err.Error(), relay.ErrOptions.Error()+": ")}
 	}
-	return nil
+	return f.validateFleet()
 }
 
 // options is the relay's Options the file describes (without Open and

@@ -75,7 +75,15 @@ func FuzzParse(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Add(data)
+	fleet, err := os.ReadFile("../../examples/relay-fleet.yaml")
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(fleet)
 	f.Add([]byte(good))
+	f.Add([]byte(fleetGood))
+	f.Add([]byte(good + "fleet:\n  redis: {sentinel: {master: m, addrs: ['h:26379']}, tls: {ca_file: x}}\n  member: m\n"))
+	f.Add([]byte(strings.Replace(fleetGood, "ttl: 2s", "ttl: 2s\n      drift: 0s\n      renew: x", 1)))
 	f.Add([]byte(good + "store: {nats: {url: nats://h:4222, replicas: 3}}\nserver: {read_timeout: 1s, max_connections: 5}\n"))
 	f.Add([]byte("targets: [{name: a, origin: 'http://[::1]:80', allow: ['::1'], retry: {retry_statuses: [408, 429]}}]\nqueues: [{name: q, target: a, weight: 2}]\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
