@@ -49,14 +49,20 @@ func EnvoyLoader(path string) Loader {
 			return Loaded{}, err
 		}
 		policies := map[string]sluice.FailurePolicy{}
+		limits := map[string]sluice.Limit{}
 		for _, d := range c.Domains() {
 			for _, r := range d.Rules() {
-				if l, ok := r.Limit(); ok && r.OnFailure != nil {
+				l, ok := r.Limit()
+				if !ok {
+					continue
+				}
+				limits[l.Name] = l
+				if r.OnFailure != nil {
 					policies[l.Name] = *r.OnFailure
 				}
 			}
 		}
-		return Loaded{Matcher: rls.FromEnvoyConfig(c), Version: hex.EncodeToString(h.Sum(nil))[:12], FailurePolicies: policies}, nil
+		return Loaded{Matcher: rls.FromEnvoyConfig(c), Version: hex.EncodeToString(h.Sum(nil))[:12], FailurePolicies: policies, Limits: limits}, nil
 	}
 }
 

@@ -8,7 +8,9 @@
 // /healthz, /readyz and /metrics, reloads its configuration on SIGHUP and
 // when the files change (a bad file is refused with its reason and the old
 // configuration stays), and has an admin API behind a bearer token. The
-// memory store by default, Redis for a fleet.
+// memory store by default, Redis for a fleet, and chosen hot limits
+// decided in process on leases in that Redis (Options.Leases, package
+// leasestore).
 package server
 
 import (
@@ -35,8 +37,11 @@ import (
 	"github.com/sluicehq/sluice/internal/filewatch"
 	"github.com/sluicehq/sluice/internal/redisconfig"
 	"github.com/sluicehq/sluice/internal/tlsconfig"
+	"github.com/sluicehq/sluice/leasestore"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/metrics"
+	"github.com/sluicehq/sluice/redislease"
+	"github.com/sluicehq/sluice/redisscript"
 	"github.com/sluicehq/sluice/redisstore"
 	"github.com/sluicehq/sluice/rls"
 )
@@ -61,6 +66,9 @@ type Loaded struct {
 	// FailurePolicies are the rules' on_failure, by limit name; a limit
 	// not named has the store's default (Options.RedisPolicy).
 	FailurePolicies map[string]sluice.FailurePolicy
+	// Limits are the configured limits, by name: what Options.Leases
+	// names is checked against them. Optional without Leases.
+	Limits map[string]sluice.Limit
 }
 
 // Options configures a Server.
@@ -100,6 +108,14 @@ type Options struct {
 	// (draft-11) to responses (envoyproxy/ratelimit adds none by default;
 	// they cost about 8 % of the throughput).
 	ResponseHeaders bool
+	// Leases, when set, are the limits decided in process, on partitions
+	// held under leases in Redis (package leasestore, with redislease on
+	// Options.Redis, which it requires): each a token_bucket or gcra rule
+	// of the configuration, checked at start and at every reload (a reload
+	// that breaks a lease is refused). Every other limit goes to Redis as
+	// before. KeyHMAC, when set, also keys the names of the leases'
+	// groups.
+	Leases *Leases
 	// KeyHMAC, when set, is the secret with which the Redis store hashes
 	// keys (HMAC-SHA256) before they reach Redis, so that no API key, IP
 	// or other descriptor value appears in a Redis key name (see
@@ -185,6 +201,8 @@ type Server struct {
 	redis    *redisstore.Store // the Redis store the server opened; nil otherwise
 	// tls holds the listeners' certificate; nil: clear text.
 	tls *tlsconfig.Reloader
+	// loaded is the configuration New loaded (the leases' policies).
+	loaded Loaded
 }
 
 // loaded describes the configuration in force.
@@ -218,6 +236,8 @@ type listenerDesc struct {
 type storeDesc struct {
 	Kind  string                   `json:"kind"`
 	Redis *redisconfig.Description `json:"redis,omitempty"`
+	// Leased names the limits decided on leases.
+	Leased []string `json:"leased,omitempty"`
 }
 
 // describe describes the server (see description).
@@ -247,6 +267,9 @@ func (s *Server) describe() description {
 	case s.opts.Redis != nil:
 		rd := s.opts.Redis.Describe(time.Now())
 		d.Store = storeDesc{Kind: "redis", Redis: &rd}
+		if s.opts.Leases != nil {
+			d.Store.Leased = s.opts.Leases.Names()
+		}
 	}
 	return d
 }
@@ -272,7 +295,13 @@ func New(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err // the loader's: "file:line: reason" for a bad file
 	}
+	if opts.Leases != nil {
+		if err := opts.Leases.check(l); err != nil {
+			return nil, fmt.Errorf("server: leases: %w", err)
+		}
+	}
 	s.install(l)
+	s.loaded = l
 	if s.metrics, err = metrics.New(metrics.Options{}); err != nil {
 		return nil, err
 	}
@@ -342,6 +371,9 @@ func New(opts Options) (*Server, error) {
 func (o Options) check() error {
 	if o.Load == nil {
 		return errors.New("server: Options.Load is required")
+	}
+	if o.Leases != nil && (o.Redis == nil || o.Limiter != nil) {
+		return errors.New("server: Options.Leases holds its leases in the Redis the server opens: give Options.Redis (and no Limiter)")
 	}
 	if len(o.KeyHMAC) > 0 && (o.Redis == nil || o.Limiter != nil) {
 		return errors.New("server: Options.KeyHMAC hashes the keys of the Redis the server opens: give Options.Redis (and no Limiter)")
@@ -423,7 +455,41 @@ func (s *Server) openStore() (sluice.Limiter, error) {
 	}
 	s.closers = append(s.closers, st.Close)
 	s.redis = st
-	return st, s.metrics.RegisterRedis(func() metrics.RedisStats { return metrics.RedisStats(st.Stats()) })
+	if err := s.metrics.RegisterRedis(func() metrics.RedisStats { return metrics.RedisStats(st.Stats()) }); err != nil {
+		return nil, err
+	}
+	if s.opts.Leases == nil {
+		return st, nil
+	}
+	return s.openLeases(conn, st)
+}
+
+// openLeases puts the leased limits on a leasestore in front of the Redis
+// store next, with its leases in Redis through conn, and runs it until
+// Close (which ends its Holders before the connection closes).
+func (s *Server) openLeases(conn redisscript.Client, next sluice.Limiter) (sluice.Limiter, error) {
+	l := s.opts.Leases
+	coord, err := redislease.New(redislease.Options{Client: conn, Prefix: l.Prefix})
+	if err != nil {
+		return nil, fmt.Errorf("server: leases: %w", err)
+	}
+	ls, err := leasestore.New(leasestore.Options{Coordinator: coord, Next: next, Limits: l.resolved(s.loaded, s.opts.RedisPolicy),
+		Member: l.Member, Secret: s.opts.KeyHMAC, MaxKeys: l.MaxKeys, Logger: s.log})
+	if err != nil {
+		return nil, fmt.Errorf("server: leases: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- ls.Run(ctx) }()
+	s.closers = append(s.closers, func() error { cancel(); return <-done })
+	s.log.Info("limits on leases", "limits", l.Names(), "member", ls.Member())
+	return ls, s.metrics.RegisterLeases(func() []metrics.LeaseStats {
+		var out []metrics.LeaseStats
+		for _, st := range ls.Stats() {
+			out = append(out, metrics.LeaseStats(st))
+		}
+		return out
+	})
 }
 
 // failsClosed reports whether a limit in force fails closed when Redis
@@ -465,6 +531,11 @@ func (s *Server) Reload() error {
 	s.reload.Lock()
 	defer s.reload.Unlock()
 	l, err := s.opts.Load()
+	if err == nil && s.opts.Leases != nil {
+		if err = s.opts.Leases.check(l); err != nil {
+			err = fmt.Errorf("server: leases: %w", err)
+		}
+	}
 	if err != nil {
 		s.reloads.Refused()
 		s.log.Error("configuration refused; the previous one stays", "err", err, "version", s.Version())
@@ -681,7 +752,7 @@ func writeAdminError(w http.ResponseWriter, err error) {
 	switch {
 	case errors.Is(err, rls.ErrNoLimit):
 		writeJSONError(w, http.StatusNotFound, err.Error())
-	case errors.Is(err, rls.ErrNotInspectable):
+	case errors.Is(err, rls.ErrNotInspectable), errors.Is(err, leasestore.ErrLeased):
 		writeJSONError(w, http.StatusNotImplemented, err.Error())
 	default:
 		writeJSONError(w, http.StatusServiceUnavailable, err.Error())
@@ -713,6 +784,11 @@ func Check(opts Options) (Checked, error) {
 	l, err := opts.Load()
 	if err != nil {
 		return Checked{}, err
+	}
+	if opts.Leases != nil {
+		if err := opts.Leases.check(l); err != nil {
+			return Checked{}, fmt.Errorf("server: leases: %w", err)
+		}
 	}
 	c := Checked{Version: l.Version}
 	if _, err := opts.grpcOptions(); err != nil {

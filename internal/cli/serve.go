@@ -23,6 +23,7 @@ import (
 // serveFlags are sluice serve's flags.
 type serveFlags struct {
 	config                           string
+	leases                           string
 	httpAddr, grpcAddr, adminAddr    string
 	onRedisFailure                   sluice.FailurePolicy
 	maxDescriptors, maxConnections   int
@@ -76,7 +77,8 @@ func (f *serveFlags) register(fs *pflag.FlagSet) {
 	inGroup(fs, groupListeners, "config", "http-addr", "grpc-addr", "admin-addr", "json")
 	inGroup(fs, groupLimits, "max-descriptors", "grpc-idle-timeout", "max-connections", "grpc-max-streams", "grpc-call-timeout", "response-headers")
 	f.conn.register(fs)
-	inGroup(fs, groupRedis, "on-redis-failure")
+	fs.StringVar(&f.leases, "leases", "", "decide the limits this YAML `FILE` names in process, on partitions of each held under leases in Redis, instead of a Redis call per decision (needs --redis; see docs/leasestore.md) (default: none)")
+	inGroup(fs, groupRedis, "on-redis-failure", "leases")
 }
 
 // options checks the flags (a bad value is a usage error), reads the
@@ -116,6 +118,16 @@ func (f *serveFlags) options(log *slog.Logger) (server.Options, error) {
 	}
 	if err := f.conn.options(f.fs, &opts); err != nil {
 		return server.Options{}, err
+	}
+	if f.leases != "" {
+		if opts.Redis == nil {
+			return server.Options{}, usagef("--leases %s: the leases are held in Redis: give --redis (or --redis-sentinel-master) too", f.leases)
+		}
+		l, err := server.LoadLeases(f.leases)
+		if err != nil {
+			return server.Options{}, err
+		}
+		opts.Leases = l
 	}
 	return opts, nil
 }

@@ -242,3 +242,50 @@ func TestConfigNamedPipe(t *testing.T) {
 		}
 	}
 }
+
+// --leases: a file of limits to decide on leases in Redis. It needs
+// --redis (a usage error), must parse (its file and line) and must name
+// token_bucket or gcra limits of the configuration; sluice check says the
+// same as serve, before anything starts.
+func TestServeLeasesFlag(t *testing.T) {
+	t.Parallel()
+	cfg := t.TempDir()
+	if err := os.WriteFile(filepath.Join(cfg, "edge.yaml"), []byte("domain: edge\ndescriptors:\n  - {key: generic_key, value: global, rate_limit: {unit: second, requests_per_unit: 1000, algorithm: token_bucket}}\n  - {key: k, rate_limit: {unit: second, requests_per_unit: 1}}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	good := write("good.yaml", "limits:\n  - name: edge.generic_key_global\n    partitions: 4\n")
+	for _, c := range []struct {
+		args []string
+		code int
+		says string
+	}{
+		{[]string{"--leases", good}, 2, "--leases " + good + ": the leases are held in Redis: give --redis"},
+		{[]string{"--redis", "127.0.0.1:6379", "--leases", filepath.Join(dir, "missing.yaml")}, 1, "missing.yaml"},
+		{[]string{"--redis", "127.0.0.1:6379", "--leases", write("bad.yaml", "limits:\n  - name: edge.generic_key_global\n    partitons: 4\n")}, 1, "bad.yaml:3: field partitons not found"},
+		{[]string{"--redis", "127.0.0.1:6379", "--leases", write("unknown.yaml", "limits:\n  - name: edge.nothing\n")}, 1, "limit edge.nothing is leased, but no rule of the configuration"},
+		{[]string{"--redis", "127.0.0.1:6379", "--leases", write("window.yaml", "limits:\n  - name: edge.k\n")}, 1, "a leased limit is a token_bucket or gcra, not fixed_window"},
+	} {
+		for _, cmd := range []string{"serve", "check"} {
+			args := append([]string{cmd, "--config", cfg, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"}, c.args...)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			var out, errOut logtest.Buffer
+			code := Main(ctx, args, &out, &errOut)
+			cancel()
+			if code != c.code || !strings.Contains(errOut.String(), c.says) {
+				t.Errorf("sluice %s %q: exit %d, stderr %q; want exit %d saying %q", cmd, c.args, code, errOut.String(), c.code, c.says)
+			}
+		}
+	}
+	var out, errOut logtest.Buffer
+	if code := Main(context.Background(), []string{"check", "--config", cfg, "--redis", "127.0.0.1:6379", "--leases", good}, &out, &errOut); code != 0 {
+		t.Errorf("sluice check with good leases: exit %d, %s%s", code, out.String(), errOut.String())
+	}
+}
