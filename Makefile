@@ -42,7 +42,7 @@ test:
 	# 500/s rows and its runs against nginx, the relay's end-to-end runs, the
 	# fleet's fault runs (relay processes sharing a limit under leases).
 	$(GO) test -count=1 -run 'Alloc|TestSimulationMatrix' ./...
-	$(GO) test -count=1 -p 1 -run 'TestEndToEnd|TestSharedTarget|TestNginx|TestFleet' ./relay ./pace ./lease
+	$(GO) test -count=1 -p 1 -run 'TestEndToEnd|TestSharedTarget|TestNginx|TestFleet' ./relay ./pace ./lease ./server
 	cd bench && $(GO) vet ./...
 
 lint:

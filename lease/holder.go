@@ -7,21 +7,26 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/monoclock"
 )
 
 // Holder holds, renews and spends one process's partitions of a shared
 // limit. Run keeps the leases; Take and Wait spend from them. A Holder is
 // safe for concurrent use.
 type Holder struct {
-	o     Options
-	group Group
-	rate  float64 // one partition's refill, cost per second
-	burst float64 // one partition's burst
+	o           Options
+	group       Group
+	rate        float64 // one partition's refill, cost per second
+	ratePerNano float64 // the same per nanosecond
+	clock       monoclock.Clock
+	burst       float64 // one partition's burst
 
 	kick chan struct{} // asks Run for a round now (demand with nothing held)
 
 	mu      sync.Mutex
-	parts   []*part       // held, by partition number order of acquisition
+	parts   []*part       // held, in the order of acquisition
+	cur     int           // the index in parts that paid last
 	wants   []int         // the members' wants, from the last reply
 	self    int           // this member's index in wants
 	changed chan struct{} // closed and replaced when the usable set may have grown
@@ -31,9 +36,9 @@ type Holder struct {
 	// demand measured since the last round
 	asked        float64
 	waiting      int           // Waits blocked now
-	blockedSince time.Time     // when waiting last went from 0 to 1
+	blockedSince instant       // when waiting last went from 0 to 1
 	blockedFor   time.Duration // time with a Wait blocked since the last round
-	lastRound    time.Time     // when the last round was prepared
+	lastRound    instant       // when the last round was prepared
 	rateSeen     float64       // the smoothed rate asked, cost per second
 	want         int
 	allot        int
@@ -45,14 +50,14 @@ type Holder struct {
 type part struct {
 	Grant
 	tokens   float64
-	last     time.Time // tokens are as of last
-	usable   time.Time // not spent before (quarantine)
-	deadline time.Time // not spent from (local deadline)
+	last     instant // tokens are as of last
+	usable   instant // not spent before (quarantine)
+	deadline instant // not spent from (local deadline)
 }
 
 type reachability struct {
 	known, ok bool
-	since     time.Time
+	since     instant
 }
 
 type counters struct {
@@ -76,12 +81,14 @@ func New(o Options) (*Holder, error) {
 	}
 	p := float64(o.Partitions)
 	return &Holder{
-		o:       o,
-		group:   o.group(),
-		rate:    o.perSecond() / p,
-		burst:   o.Limit.Capacity() / p,
-		kick:    make(chan struct{}, 1),
-		changed: make(chan struct{}),
+		o:           o,
+		group:       o.group(),
+		rate:        o.perSecond() / p,
+		ratePerNano: o.perSecond() / p / 1e9,
+		clock:       monoclock.New(),
+		burst:       o.Limit.Capacity() / p,
+		kick:        make(chan struct{}, 1),
+		changed:     make(chan struct{}),
 	}, nil
 }
 
@@ -108,7 +115,7 @@ func (h *Holder) take(cost float64, count bool) (Spend, bool, time.Duration, err
 	if cost > h.burst {
 		return Spend{}, false, 0, fmt.Errorf("%w: cost %g, burst per partition %g (B/P)", ErrCostTooLarge, cost, h.burst)
 	}
-	now := h.o.Now()
+	now := h.now()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
@@ -117,9 +124,21 @@ func (h *Holder) take(cost float64, count bool) (Spend, bool, time.Duration, err
 	if count {
 		h.asked += cost
 	}
+	// The partition that paid last usually pays again: try it alone
+	// before looking at every partition.
+	if h.cur < len(h.parts) {
+		if p := h.parts[h.cur]; h.usableLocked(p, now) {
+			h.refill(p, now)
+			if p.tokens >= cost {
+				p.tokens -= cost
+				return Spend{Group: h.group.Name, Grant: p.Grant}, true, 0, nil
+			}
+		}
+	}
 	var best *part
+	bestAt := 0
 	wait := time.Duration(math.MaxInt64)
-	for _, p := range h.parts {
+	for i, p := range h.parts {
 		if !h.usableLocked(p, now) {
 			if now.Before(p.usable) && now.Before(p.deadline) {
 				wait = min(wait, p.usable.Sub(now))
@@ -128,7 +147,7 @@ func (h *Holder) take(cost float64, count bool) (Spend, bool, time.Duration, err
 		}
 		h.refill(p, now)
 		if p.tokens >= cost && (best == nil || p.tokens > best.tokens) {
-			best = p
+			best, bestAt = p, i
 		}
 		if p.tokens < cost {
 			need := time.Duration((cost - p.tokens) / h.rate * float64(time.Second))
@@ -138,6 +157,7 @@ func (h *Holder) take(cost float64, count bool) (Spend, bool, time.Duration, err
 		}
 	}
 	if best != nil {
+		h.cur = bestAt
 		best.tokens -= cost
 		return Spend{Group: h.group.Name, Grant: best.Grant}, true, 0, nil
 	}
@@ -153,20 +173,20 @@ func (h *Holder) take(cost float64, count bool) (Spend, bool, time.Duration, err
 
 // usableLocked reports whether p may be spent at now: out of quarantine
 // and before its local deadline.
-func (h *Holder) usableLocked(p *part, now time.Time) bool {
+func (h *Holder) usableLocked(p *part, now instant) bool {
 	if h.o.naive {
 		return true
 	}
 	return !now.Before(p.usable) && now.Before(p.deadline)
 }
 
-func (h *Holder) refill(p *part, now time.Time) {
+func (h *Holder) refill(p *part, now instant) {
 	from := p.last
 	if from.Before(p.usable) {
 		from = p.usable
 	}
-	if el := now.Sub(from); el > 0 {
-		p.tokens = min(h.burst, p.tokens+el.Seconds()*h.rate)
+	if el := now - from; el > 0 {
+		p.tokens = min(h.burst, p.tokens+float64(el)*h.ratePerNano)
 		p.last = now
 	}
 }
@@ -182,7 +202,7 @@ func (h *Holder) Wait(ctx context.Context, cost float64) (Spend, error) {
 			h.mu.Lock()
 			h.waiting--
 			if h.waiting == 0 {
-				h.blockedFor += h.o.Now().Sub(h.blockedSince)
+				h.blockedFor += h.now().Sub(h.blockedSince)
 			}
 			h.mu.Unlock()
 		}
@@ -197,7 +217,7 @@ func (h *Holder) Wait(ctx context.Context, cost float64) (Spend, error) {
 		if !waiting {
 			waiting = true
 			if h.waiting == 0 {
-				h.blockedSince = h.o.Now()
+				h.blockedSince = h.now()
 			}
 			h.waiting++
 		}
@@ -223,7 +243,7 @@ func (h *Holder) Fenced(s Spend) {
 	defer h.mu.Unlock()
 	for i, p := range h.parts {
 		if p.Grant == s.Grant {
-			h.dropLocked(i, h.o.Now())
+			h.dropLocked(i, h.now())
 			h.stats.lost.Add(1)
 			return
 		}
@@ -233,13 +253,13 @@ func (h *Holder) Fenced(s Spend) {
 // Rate returns what this process may spend now, in cost per second: the
 // refill of its usable partitions.
 func (h *Holder) Rate() float64 {
-	now := h.o.Now()
+	now := h.now()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.usableRateLocked(now)
 }
 
-func (h *Holder) usableRateLocked(now time.Time) float64 {
+func (h *Holder) usableRateLocked(now instant) float64 {
 	n := 0
 	for _, p := range h.parts {
 		if h.usableLocked(p, now) {
@@ -283,7 +303,7 @@ type Stats struct {
 
 // Stats reports the Holder's state now.
 func (h *Holder) Stats() Stats {
-	now := h.o.Now()
+	now := h.now()
 	h.mu.Lock()
 	s := Stats{Member: h.o.Member, Held: len(h.parts), Want: h.want, Allotment: h.allot, Members: len(h.wants), Reachable: h.reach.known && h.reach.ok}
 	for _, p := range h.parts {
@@ -305,7 +325,7 @@ func (h *Holder) Stats() Stats {
 
 // dropLocked forgets parts[i]; a quarantine it had not finished counts
 // only as far as it went.
-func (h *Holder) dropLocked(i int, now time.Time) {
+func (h *Holder) dropLocked(i int, now instant) {
 	p := h.parts[i]
 	if left := p.usable.Sub(now); left > 0 {
 		h.stats.quarantineNanos.Add(-int64(left))
@@ -317,4 +337,23 @@ func (h *Holder) dropLocked(i int, now time.Time) {
 func (h *Holder) wakeLocked() {
 	close(h.changed)
 	h.changed = make(chan struct{})
+}
+
+// instant is a reading of the Holder's clock in nanoseconds: monotonic
+// (internal/monoclock) unless Options.Now is set. Its methods read as
+// time.Time's do.
+type instant int64
+
+func (a instant) Before(b instant) bool       { return a < b }
+func (a instant) After(b instant) bool        { return a > b }
+func (a instant) Sub(b instant) time.Duration { return time.Duration(a - b) }
+func (a instant) Add(d time.Duration) instant { return a + instant(d) }
+func (a instant) IsZero() bool                { return a == 0 }
+
+// now reads the Holder's clock.
+func (h *Holder) now() instant {
+	if h.o.Now != nil {
+		return instant(h.o.Now().UnixNano())
+	}
+	return instant(h.clock.Now())
 }

@@ -80,7 +80,7 @@ func (r *recorder) count() int {
 func startSpender(t *testing.T, c lease.Coordinator, rec *recorder, member string, naive bool, busy *atomic.Bool) *spender {
 	t.Helper()
 	link := &cuttable{Coordinator: c}
-	o := lease.Options{Coordinator: link, Limit: fleetLimit, Partitions: 4, TTL: time.Second, Member: member}
+	o := lease.Options{Coordinator: link, Limit: fleetLimit, Partitions: 4, TTL: time.Second, Member: member, Now: time.Now}
 	if naive {
 		o = lease.Naive(o)
 	}

@@ -53,8 +53,11 @@ type Options struct {
 	// and asks for every partition it can get while a Wait is blocked.
 	Demand func() float64
 
-	// Now is the clock; default time.Now. The Holder measures deadlines
-	// and quarantines with it, so it must be monotonic (time.Now is).
+	// Now is the clock; default: the runtime's monotonic clock, read
+	// without time.Now's wall-clock half (internal/monoclock). The Holder
+	// measures deadlines and quarantines with it, so a clock set here must
+	// never step back (its UnixNano is read). Tests on a testing/synctest
+	// clock set time.Now.
 	Now func() time.Time
 
 	// Logger receives one line per change of the Coordinator's
@@ -121,9 +124,6 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if err := o.group().Validate(); err != nil {
 		return o, err
-	}
-	if o.Now == nil {
-		o.Now = time.Now
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()

@@ -51,7 +51,7 @@ func (h *Holder) Close() {
 // from what it holds afterwards (another round would move partitions).
 func (h *Holder) round(ctx context.Context) bool {
 	req, releasing := h.prepare()
-	sent := h.o.Now()
+	sent := h.now()
 	rctx, cancel := context.WithTimeout(ctx, h.o.Renew)
 	reply, err := h.o.Coordinator.Sync(rctx, req)
 	cancel()
@@ -73,7 +73,7 @@ func (h *Holder) round(ctx context.Context) bool {
 // and decides what to give back and how many to ask for. The partitions
 // given back stop being spent here, before the request is sent.
 func (h *Holder) prepare() (SyncRequest, int) {
-	now := h.o.Now()
+	now := h.now()
 	demand := -1.0
 	if h.o.Demand != nil {
 		demand = h.o.Demand()
@@ -147,7 +147,7 @@ func (h *Holder) prepare() (SyncRequest, int) {
 	return req, len(req.Release)
 }
 
-func (h *Holder) releaseCandidate(now time.Time) int {
+func (h *Holder) releaseCandidate(now instant) int {
 	for i := len(h.parts) - 1; i >= 0; i-- {
 		if now.Before(h.parts[i].usable) {
 			return i
@@ -158,8 +158,8 @@ func (h *Holder) releaseCandidate(now time.Time) int {
 
 // apply takes a reply in: renewed leases run to sent+TTL, the others are
 // lost; acquired partitions start empty, after a quarantine if taken over.
-func (h *Holder) apply(req SyncRequest, reply SyncReply, sent time.Time) bool {
-	now := h.o.Now()
+func (h *Holder) apply(req SyncRequest, reply SyncReply, sent instant) bool {
+	now := h.now()
 	deadline := sent.Add(h.o.TTL)
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -208,7 +208,7 @@ func (h *Holder) reachable(ok bool, err error) {
 	prev := h.reach
 	h.reach.known, h.reach.ok = true, ok
 	if prev.ok != ok || !prev.known {
-		h.reach.since = h.o.Now()
+		h.reach.since = h.now()
 	}
 	h.mu.Unlock()
 	switch {
@@ -223,7 +223,7 @@ func (h *Holder) reachable(ok bool, err error) {
 func (h *Holder) leave() {
 	h.mu.Lock()
 	held := make([]Grant, 0, len(h.parts))
-	now := h.o.Now()
+	now := h.now()
 	for i := len(h.parts) - 1; i >= 0; i-- {
 		held = append(held, h.parts[i].Grant)
 		h.dropLocked(i, now)

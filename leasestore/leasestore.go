@@ -92,7 +92,8 @@ type Options struct {
 	MaxKeys int
 
 	// Now is the clock of the Holders and of the fail_local buckets,
-	// read once per leased decision; default time.Now. It must be
+	// read once per leased decision; default: time.Now for the buckets,
+	// the runtime's monotonic clock alone for the Holders. It must be
 	// monotonic and never stale — no cached reading, such as memstore's
 	// coarse clock: a process resumed after a pause must see the time it
 	// lost — since the Holders measure their leases' deadlines with it.
@@ -167,14 +168,15 @@ var (
 // Create it with New, start Run (which stops idle keys), and Close it: the
 // Holders' goroutines are the Store's, from a key's first request to Close.
 type Store struct {
-	o      Options
-	next   sluice.Limiter
-	leased map[string]*leasedLimit // immutable after New
-	few    []*leasedLimit          // the same, when there are at most maxFew
-	keys   keySeeds
-	shards [numShards]shard
-	count  atomic.Int64 // entries in the shards
-	local  *memstore.Store
+	o         Options
+	holderNow func() time.Time // Options.Now as given: nil lets the Holders read the monotonic clock alone
+	next      sluice.Limiter
+	leased    map[string]*leasedLimit // immutable after New
+	few       []*leasedLimit          // the same, when there are at most maxFew
+	keys      keySeeds
+	shards    [numShards]shard
+	count     atomic.Int64 // entries in the shards
+	local     *memstore.Store
 
 	// life guards closed against the Holders started after Close began.
 	life    sync.RWMutex
@@ -231,10 +233,11 @@ func New(o Options) (*Store, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	holderNow := o.Now // nil: the Holders read the monotonic clock alone, cheaper
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	s := &Store{o: o, next: o.Next, leased: make(map[string]*leasedLimit, len(o.Limits)), stop: make(chan struct{})}
+	s := &Store{o: o, holderNow: holderNow, next: o.Next, leased: make(map[string]*leasedLimit, len(o.Limits)), stop: make(chan struct{})}
 	s.keys = newKeySeeds()
 	for i, l := range o.Limits {
 		ll, err := checkLeased(l)

@@ -233,7 +233,7 @@ func (s *Store) newEntry(ll *leasedLimit, key string, limit sluice.Limit, params
 		TTL:         ll.TTL,
 		Member:      s.o.Member,
 		Demand:      func() float64 { return e.measure(now, floor) },
-		Now:         now,
+		Now:         s.holderNow,
 		Logger:      s.o.Logger,
 	})
 	if err != nil {
