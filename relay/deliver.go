@@ -104,12 +104,18 @@ func (t *target) deliver(l *lane, lease queue.Lease, res *pace.Reservation, fenc
 	}
 	received := time.Now()
 	l.delivered.Add(1)
-	if fence != "" && err == nil && resp.StatusCode == http.StatusConflict && bytes.Contains(body, []byte(staleEpoch)) {
-		// The target saw a newer holder of this share: not the task's
-		// failure. The Budget drops the share; the task goes again.
+	if fence != "" && err == nil && fenceRefusal(resp.StatusCode) {
+		// A fenced target refused the lease the task was sent under (409:
+		// a newer holder of this share; 400/403/428: the target does not
+		// take this fence). Not the task's failure, and not an attempt:
+		// the task goes again a second later; on 409 the Budget drops the
+		// share.
 		done(pace.Success)
-		cfg.Budget.Stale(fence)
-		t.retry(l, lease, queue.Retry{At: received, Reason: resp.Status + ": stale lease epoch", Throttled: true}, cfg)
+		if resp.StatusCode == http.StatusConflict {
+			cfg.Budget.Stale(fence)
+		}
+		t.summary.note(&t.summary.throttled, resp.Status+" (lease fence)")
+		t.retry(l, lease, queue.Retry{At: received.Add(time.Second), Reason: resp.Status + ": the target refused the lease fence", Throttled: true}, cfg)
 		return
 	}
 	ans := pace.ReadAnswer(resp, err, sent, received, cfg.Retry.MaxRetryAfter)
@@ -266,8 +272,17 @@ func keep(h http.Header, extra []string) http.Header {
 	return out
 }
 
-// staleEpoch is the error a sluice target answers a stale fence with.
-const staleEpoch = `"stale_lease_epoch"`
+// fenceRefusal reports a status a sluice target answers a fenced request
+// it refuses with (httplimit.Fence): 409 stale epoch, 400 malformed, 403
+// unknown group, 428 missing. A fleet task's such answer is retried, never
+// dead-lettered, whether or not the body was kept.
+func fenceRefusal(status int) bool {
+	switch status {
+	case http.StatusConflict, http.StatusBadRequest, http.StatusForbidden, http.StatusPreconditionRequired:
+		return true
+	}
+	return false
+}
 
 func formatCost(c float64) string { return strconv.FormatFloat(c, 'g', -1, 64) }
 

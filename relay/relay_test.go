@@ -179,6 +179,9 @@ func TestRefused(t *testing.T) {
 		{"deadline in 9999", relay.Request{URL: "/x", Deadline: time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)}, relay.ErrInvalid, "deadline"},
 		{"HEAD with a body", relay.Request{URL: "/x", Method: "HEAD", Body: []byte("x")}, relay.ErrInvalid, "body"},
 		{"Envoy's internal mark", relay.Request{URL: "/x", Header: http.Header{"X-Envoy-Internal": {"true"}}}, relay.ErrForbidden, "header"},
+		// A lease fence comes only from the lease the relay spends.
+		{"fence header", relay.Request{URL: "/x", Header: http.Header{"Sluice-Lease-Epoch": {"18446744073709551615 0 g"}}}, relay.ErrForbidden, "header"},
+		{"fence header, underscores", relay.Request{URL: "/x", Header: http.Header{"sluice_lease_epoch": {"9 0 g"}}}, relay.ErrForbidden, "header"},
 	}
 	for _, c := range cases {
 		_, err := r.Enqueue(context.Background(), "jobs", ok, c.req)

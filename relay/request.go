@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/egress"
+	fleet "github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/queue"
 )
 
@@ -111,6 +112,9 @@ func (q *lane) prepare(i int, r Request, now time.Time) (queue.Task, error) {
 		canon := http.CanonicalHeaderKey(name)
 		if http.CanonicalHeaderKey(strings.ReplaceAll(name, "_", "-")) == idempotencyHeader {
 			return fail(ErrInvalid, "header", "Idempotency-Key is set by the relay: give the task's key as \"key\"")
+		}
+		if http.CanonicalHeaderKey(strings.ReplaceAll(name, "_", "-")) == fleet.FenceHeader {
+			return fail(ErrForbidden, "header", "%s is set by the relay from the lease it spends (a fleet target): a task cannot carry one", fleet.FenceHeader)
 		}
 		for _, v := range values {
 			if !validHeaderValue(v) {
