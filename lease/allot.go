@@ -105,7 +105,7 @@ func (r SyncRequest) Validate() error {
 }
 
 // ValidateMember reports what is wrong with a member ID, wrapping
-// ErrInvalid: 1 to MaxMemberLen bytes of letters, digits and "_-.:".
+// ErrInvalid: 1 to MaxMemberLen bytes of letters, digits and "_-.:/".
 func ValidateMember(id string) error { return validName("member", id, MaxMemberLen) }
 
 func validName(what, s string, max int) error {

@@ -20,7 +20,8 @@ type Holder struct {
 	rate        float64 // one partition's refill, cost per second
 	ratePerNano float64 // the same per nanosecond
 	clock       monoclock.Clock
-	burst       float64 // one partition's burst
+	anchor      time.Time // Options.Now at New, when it is set
+	burst       float64   // one partition's burst
 
 	kick chan struct{} // asks Run for a round now (demand with nothing held)
 
@@ -86,6 +87,7 @@ func New(o Options) (*Holder, error) {
 		rate:        o.perSecond() / p,
 		ratePerNano: o.perSecond() / p / 1e9,
 		clock:       monoclock.New(),
+		anchor:      anchorOf(o),
 		burst:       o.Limit.Capacity() / p,
 		kick:        make(chan struct{}, 1),
 		changed:     make(chan struct{}),
@@ -115,9 +117,9 @@ func (h *Holder) take(cost float64, count bool) (Spend, bool, time.Duration, err
 	if cost > h.burst {
 		return Spend{}, false, 0, fmt.Errorf("%w: cost %g, burst per partition %g (B/P)", ErrCostTooLarge, cost, h.burst)
 	}
-	now := h.now()
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	now := h.now() // under the lock: a caller preempted before it cannot spend on a stale instant
 	if h.closed {
 		return Spend{}, false, 0, ErrClosed
 	}
@@ -208,6 +210,11 @@ func (h *Holder) Wait(ctx context.Context, cost float64) (Spend, error) {
 		}
 	}()
 	for {
+		// Taken before the try, so that a change between the try and the
+		// wait below is not missed.
+		h.mu.Lock()
+		changed := h.changed
+		h.mu.Unlock()
 		s, ok, wait, err := h.take(cost, count)
 		if err != nil || ok {
 			return s, err
@@ -221,7 +228,6 @@ func (h *Holder) Wait(ctx context.Context, cost float64) (Spend, error) {
 			}
 			h.waiting++
 		}
-		changed := h.changed
 		h.mu.Unlock()
 		t := time.NewTimer(wait)
 		select {
@@ -350,10 +356,24 @@ func (a instant) Sub(b instant) time.Duration { return time.Duration(a - b) }
 func (a instant) Add(d time.Duration) instant { return a + instant(d) }
 func (a instant) IsZero() bool                { return a == 0 }
 
-// now reads the Holder's clock.
+// now reads the Holder's clock. Options.Now is read as the time since
+// an instant taken at New, so that time.Now's monotonic reading counts,
+// not its wall clock.
 func (h *Holder) now() instant {
 	if h.o.Now != nil {
-		return instant(h.o.Now().UnixNano())
+		return instant(anchorOrigin + int64(h.o.Now().Sub(h.anchor)))
 	}
 	return instant(h.clock.Now())
+}
+
+// anchorOrigin is the instant Options.Now's anchor stands for: any
+// positive origin does (instants only compare and subtract; zero means
+// unset).
+const anchorOrigin = 1 << 40
+
+func anchorOf(o Options) time.Time {
+	if o.Now == nil {
+		return time.Time{}
+	}
+	return o.Now()
 }

@@ -19,6 +19,7 @@ const leaveTimeout = time.Second
 func (h *Holder) Run(ctx context.Context) error {
 	t := time.NewTimer(0)
 	defer t.Stop()
+	var last time.Time // when the last round started
 	for {
 		select {
 		case <-ctx.Done():
@@ -26,7 +27,14 @@ func (h *Holder) Run(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		case <-h.kick:
+			// Demand with nothing held asks for a round now — but not more
+			// than four per renew interval, whatever the callers do.
+			if wait := h.o.Renew/4 - time.Since(last); wait > 0 {
+				t.Reset(wait)
+				continue
+			}
 		}
+		last = time.Now()
 		if h.round(ctx) && ctx.Err() == nil {
 			// The rule moved: settle at once, once.
 			h.round(ctx)
@@ -59,9 +67,9 @@ func (h *Holder) round(ctx context.Context) bool {
 	if err != nil {
 		h.stats.syncErrors.Add(1)
 		h.reachable(false, err)
-		if releasing > 0 {
-			h.stats.released.Add(uint64(releasing)) // stopped here either way
-		}
+		// What was given back was not heard: it lapses, and its next
+		// holder takes it over.
+		h.stats.lost.Add(uint64(releasing))
 		return false
 	}
 	h.reachable(true, nil)
@@ -195,8 +203,7 @@ func (h *Holder) apply(req SyncRequest, reply SyncReply, sent instant) bool {
 		h.wakeLocked() // a Wait computes its own timer to a quarantine's end
 	}
 	if reply.Self < 0 || reply.Self >= len(reply.Wants) {
-		h.wants = nil // a reply that does not name this member: ask again
-		return false
+		return false // a reply that does not name this member: keep the allotment
 	}
 	h.wants, h.self = slices.Clone(reply.Wants), reply.Self
 	return Allot(h.wants, h.o.Partitions)[h.self] != len(h.parts)
