@@ -25,6 +25,7 @@ type Coordinator struct {
 }
 
 type group struct {
+	seen    time.Time // the last round
 	members map[string]member
 	holders map[int]holder
 	epochs  map[int]uint64
@@ -94,6 +95,12 @@ func (c *Coordinator) round(req lease.SyncRequest, leave bool) lease.SyncReply {
 		c.groups[req.Group.Name] = g
 	}
 	ttl := req.Group.TTL
+	if !g.seen.IsZero() && now.Sub(g.seen) > ttl {
+		clear(g.given) // as redislease: no "given back" trusted after a silence of a TTL
+	}
+	if now.After(g.seen) {
+		g.seen = now
+	}
 	for id, m := range g.members {
 		if !m.expiry.After(now) {
 			delete(g.members, id)
@@ -127,10 +134,7 @@ func (c *Coordinator) round(req lease.SyncRequest, leave bool) lease.SyncReply {
 			continue
 		}
 		taken := held || !g.given[p]
-		if _, ok := g.epochs[p]; !ok {
-			g.epochs[p] = uint64(now.UnixMicro())
-		}
-		g.epochs[p]++
+		g.epochs[p] = max(g.epochs[p]+1, uint64(now.UnixMicro()))
 		g.holders[p] = holder{req.Member, g.epochs[p], now.Add(ttl)}
 		delete(g.given, p)
 		out.Acquired = append(out.Acquired, lease.Acquired{Grant: lease.Grant{Partition: p, Epoch: g.epochs[p]}, TakenOver: taken})

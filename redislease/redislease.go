@@ -7,14 +7,24 @@
 // expiry and their wants, each partition's holder (member, epoch, expiry),
 // each partition's last epoch, and which partitions were given back
 // gracefully. Keys expire after ten TTLs (at least a minute) without a
-// round. Epochs are HINCRBY counters; when a partition has none (a new
-// group, or a Redis that lost its data) the counter starts from TIME in
-// microseconds, above any epoch granted before as long as fewer than a
-// thousand acquisitions of one partition happened per millisecond. A TIME
+// round. Epochs are HINCRBY counters that never fall behind TIME in
+// microseconds, so an epoch granted after Redis lost its data, or came
+// back from an older copy, is still above every epoch granted before. A
+// group with no round for more than a TTL trusts none of its "given back"
+// marks: after a restart from a snapshot or an asynchronous failover a
+// mark may predate an acquisition Redis lost. Losses of writes younger
+// than a TTL are not detected: run Redis without persistence (a restart
+// loses everything, which is safe) or with appendfsync always, and fail
+// over only with WAIT-acknowledged replicas. A TIME
 // earlier than the latest the group saw is taken as the latest (a clock
 // stepped back never lengthens a lease); a clock stepped forward shortens
 // leases in Redis's view, which the Holder's full-TTL quarantine absorbs
 // for steps up to one TTL.
+//
+// A round from a member that cuts the group otherwise (other partitions
+// or TTL) than its live members is refused with a MISMATCH error: its
+// shares would not add up to the limit. (The limit's rate is the
+// members' own: give them all the same.)
 //
 // Redis must not be configured to evict these keys (maxmemory-policy
 // noeviction or volatile-* with room to spare): a lost holder record makes
@@ -23,10 +33,7 @@ package redislease
 
 import (
 	"context"
-	"crypto/sha1"
 	_ "embed"
-	"encoding/hex"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -36,9 +43,9 @@ import (
 )
 
 //go:embed sync.lua
-var syncScript string
+var syncSource string
 
-var syncSHA = func() string { h := sha1.Sum([]byte(syncScript)); return hex.EncodeToString(h[:]) }()
+var syncScript = redisscript.NewScript(syncSource)
 
 // Options configure a Coordinator.
 type Options struct {
@@ -129,7 +136,7 @@ func (c *Coordinator) Leave(ctx context.Context, g lease.Group, member string, h
 
 func (c *Coordinator) keys(g lease.Group) []string {
 	base := c.o.Prefix + "{" + g.Name + "}:"
-	return []string{base + "members", base + "wants", base + "holders", base + "epochs", base + "given", base + "clock"}
+	return []string{base + "members", base + "wants", base + "holders", base + "epochs", base + "given", base + "clock", base + "shape"}
 }
 
 func (c *Coordinator) run(ctx context.Context, g lease.Group, member string, want, acquire int, held, release []lease.Grant) ([]int64, error) {
@@ -147,13 +154,7 @@ func (c *Coordinator) run(ctx context.Context, g lease.Group, member string, wan
 		defer cancel()
 	}
 	keys := c.keys(g)
-	reply, err := c.o.Client.EvalSHA(ctx, syncSHA, keys, args)
-	if re := (*redisscript.ReplyError)(nil); errors.As(err, &re) && re.NoScript() {
-		// Redis does not know the script (a restart, SCRIPT FLUSH): the
-		// call did not run, so sending the script itself is no replay.
-		reply, err = c.o.Client.Eval(ctx, syncScript, keys, args)
-	}
-	return reply, err
+	return syncScript.Run(ctx, c.o.Client, keys, args)
 }
 
 // parseReply reads the script's reply (see sync.lua).

@@ -108,3 +108,27 @@ func TestErrors(t *testing.T) {
 		t.Errorf("sync took %v against a dead Redis, timeout 200ms", el)
 	}
 }
+
+// A member cutting the group otherwise than its live members is refused;
+// once they are gone, the new shape is taken.
+func TestShapeMismatchRefused(t *testing.T) {
+	srv := redistest.StartServer(t)
+	c, err := redislease.New(redislease.Options{Client: dial(t, srv.Addr())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	g8 := lease.Group{Name: "shape", Partitions: 8, TTL: 200 * time.Millisecond}
+	g4 := lease.Group{Name: "shape", Partitions: 4, TTL: 200 * time.Millisecond}
+	if _, err := c.Sync(ctx, lease.SyncRequest{Group: g8, Member: "a", Want: 8, Acquire: 8}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Sync(ctx, lease.SyncRequest{Group: g4, Member: "b", Want: 4, Acquire: 4}); err == nil || !contains(err.Error(), "MISMATCH") {
+		t.Fatalf("a member with 4 partitions beside one with 8: err %v, want MISMATCH", err)
+	}
+	time.Sleep(300 * time.Millisecond) // a's heartbeat lapses
+	r, err := c.Sync(ctx, lease.SyncRequest{Group: g4, Member: "b", Want: 4, Acquire: 4})
+	if err != nil || len(r.Acquired) != 4 {
+		t.Fatalf("after a left: %+v %v, want the 4 partitions", r, err)
+	}
+}

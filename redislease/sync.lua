@@ -7,6 +7,7 @@
 -- KEYS[4] epochs:  hash, partition -> last epoch granted
 -- KEYS[5] given:   hash, partition -> 1 when given back gracefully
 -- KEYS[6] clock:   the latest TIME this group saw (ms)
+-- KEYS[7] shape:   "partitions|ttl" the live members use
 --
 -- ARGV: member, ttl (ms), partitions, want (-1: leave), acquire,
 --       n held, held pairs (partition, epoch)...,
@@ -26,6 +27,13 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local seen = tonumber(redis.call('GET', KEYS[6]) or '0')
 if now < seen then now = seen end
+if seen > 0 and now - seen > ttl then
+  -- No round for more than a TTL: the group was idle, or Redis came back
+  -- from a copy older than its last round (a snapshot, a failover) and
+  -- what it says was given back may have been acquired since. Trust no
+  -- "given back": the next acquisitions are takeovers.
+  redis.call('DEL', KEYS[5])
+end
 local keep = math.max(10 * ttl, 60000)
 -- Numbers go to Redis as whole decimals: tostring would round an epoch.
 local function int(x) return string.format('%.0f', x) end
@@ -37,7 +45,19 @@ for _, m in ipairs(gone) do
   redis.call('ZREM', KEYS[1], m)
   redis.call('HDEL', KEYS[2], m)
 end
+-- Every live member must cut the group the same way: a process with
+-- other partitions or another TTL would spend shares that do not add up.
+local shape = parts .. '|' .. ttl
+local had = redis.call('GET', KEYS[7])
+if want >= 0 and had and had ~= shape then
+  local others = redis.call('ZCARD', KEYS[1])
+  if redis.call('ZSCORE', KEYS[1], member) then others = others - 1 end
+  if others > 0 then
+    return redis.error_reply('MISMATCH the group\'s live members use partitions|ttl ' .. had .. ', this member ' .. shape)
+  end
+end
 if want >= 0 then
+  redis.call('SET', KEYS[7], shape, 'PX', keep)
   redis.call('ZADD', KEYS[1], int(now + ttl), member)
   redis.call('HSET', KEYS[2], member, want)
 else
@@ -98,12 +118,14 @@ if want >= 0 then
       free = true
     end
     if free then
-      if redis.call('HEXISTS', KEYS[4], p) == 0 then
-        -- No epoch on record (a new group, or Redis lost its state):
-        -- start from the clock, above any epoch granted before.
-        redis.call('HSET', KEYS[4], p, int(now * 1000))
-      end
+      -- Epochs run at least with the clock (in microseconds), so that
+      -- one granted after Redis lost its state or came back from an
+      -- older copy is still above every epoch granted before.
       local e = redis.call('HINCRBY', KEYS[4], p, 1)
+      if e < now * 1000 then
+        e = now * 1000
+        redis.call('HSET', KEYS[4], p, int(e))
+      end
       redis.call('HSET', KEYS[3], p, member .. '|' .. int(e) .. '|' .. int(now + ttl))
       redis.call('HDEL', KEYS[5], p)
       acquired[#acquired + 1] = p
