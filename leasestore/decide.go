@@ -15,12 +15,14 @@ import (
 func (s *Store) decide(ll *leasedLimit, e *entry, key string, limit sluice.Limit, cost float64) (sluice.Decision, error) {
 	for retried := false; ; retried = true {
 		if e == nil {
-			// Beyond MaxKeys: no Holder, the failure policy; a cost no
+			// Beyond MaxKeys: no Holder, refused whatever the failure
+			// policy — under fail_open, a client that keeps MaxKeys keys
+			// busy would make every new key unlimited. A cost no
 			// partition holds still never fits.
 			if held, err := ll.part(limit); err == nil && cost > held.Capacity()/float64(ll.Partitions) {
 				return never(limit, cost, held.Capacity()/float64(ll.Partitions), ll.Partitions, refill(limit))
 			}
-			return s.fail(ll, nil, 0, key, limit, cost)
+			return sluice.Decision{Limit: limit, RetryAfter: ll.renew, ResetAfter: refill(limit)}, nil
 		}
 		if cost > e.burst {
 			return e.never(cost)

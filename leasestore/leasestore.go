@@ -85,10 +85,10 @@ type Options struct {
 
 	// MaxKeys bounds the Holders (the leased limit and key pairs held at
 	// once, over all leased limits). Default 1024. A request for one more
-	// key is decided by its limit's failure policy, as if the Coordinator
-	// were unreachable — fail_open allows, fail_closed and fail_local
-	// (which has no member count for a key it never held) refuse — and
-	// counted (Stats.Overflow); the first one is logged.
+	// key is refused (retry after a renew interval), whatever the limit's
+	// failure policy — under fail_open a client keeping MaxKeys keys busy
+	// would otherwise make every new key unlimited — and counted
+	// (Stats.Overflow); the first one is logged.
 	MaxKeys int
 
 	// Now is the clock of the Holders and of the fail_local buckets,

@@ -178,7 +178,7 @@ func (s *Store) create(ll *leasedLimit, id ident, key string, limit sluice.Limit
 	if old == nil && s.count.Load() >= int64(s.o.MaxKeys) {
 		ll.overflow.Add(1)
 		if s.overflowLogged.CompareAndSwap(false, true) {
-			s.o.Logger.Warn("leasestore: MaxKeys leased keys are held: a new key is decided by its limit's failure policy (logged once; see the overflow counter)",
+			s.o.Logger.Warn("leasestore: MaxKeys leased keys are held: a new key is refused (logged once; see the overflow counter)",
 				"max_keys", s.o.MaxKeys, "limit", ll.Name, "policy", ll.Policy.String())
 		}
 		return nil, nil
