@@ -27,8 +27,9 @@ type PaceStats struct {
 	// retries); tries after a request's first; throttled answers (429, 503
 	// with Retry-After); failed tries (5xx, round-trip errors); Retry-After
 	// waits cut to MaxRetryAfter; retries the retry budget refused;
-	// requests that stopped retrying and returned their last answer.
-	Requests, Tries, Retries, Throttled, Failures, RetryAfterCapped, BudgetSpent, GaveUp uint64
+	// requests that stopped retrying and returned their last answer; 409
+	// answers to tries fenced by a fleet's share (pace.TransportOptions.Share).
+	Requests, Tries, Retries, Throttled, Failures, RetryAfterCapped, BudgetSpent, GaveUp, Fenced uint64
 
 	// EffectiveRate is the cost granted per second, measured over the last
 	// second; Rate the rate in use, in cost per second (+Inf: no limit).
@@ -61,7 +62,8 @@ type PaceStats struct {
 //   - wait_seconds_total and granted_total: their ratio is the mean wait;
 //   - requests_total, tries_total, retries_total, throttled_total,
 //     failures_total, retry_after_capped_total,
-//     retry_budget_exhausted_total, gave_up_total: the Transport;
+//     retry_budget_exhausted_total, gave_up_total, fenced_total: the
+//     Transport;
 //   - holds_total, learned_total: the Pacer's holds (Retry-After, or a field
 //     saying nothing is left until a reset) and the policies it learned;
 //   - breaker_state (0 closed, 1 open, 2 half-open), breaker_opens_total,
@@ -102,6 +104,7 @@ func (m *Metrics) RegisterPace(name string, stats func() PaceStats) error {
 		c("retry_after_capped_total", "Retry-After waits cut to MaxRetryAfter.", count, u(func(x PaceStats) uint64 { return x.RetryAfterCapped })),
 		c("retry_budget_exhausted_total", "Retries refused by the retry budget.", count, u(func(x PaceStats) uint64 { return x.BudgetSpent })),
 		c("gave_up_total", "Requests that stopped retrying and returned their last answer or error.", count, u(func(x PaceStats) uint64 { return x.GaveUp })),
+		c("fenced_total", "409 answers to tries fenced by the fleet's share: the partition had a newer holder.", count, u(func(x PaceStats) uint64 { return x.Fenced })),
 		c("holds_total", "Times the pacer's hold on every request was lengthened: a Retry-After, or a RateLimit or X-RateLimit-* field saying nothing is left until a reset.", count, u(func(x PaceStats) uint64 { return x.Holds })),
 		c("learned_total", "Policies of the target (RateLimit-Policy) learned or changed.", count, u(func(x PaceStats) uint64 { return x.Learned })),
 		c("breaker_state", "Circuit breaker state: 0 closed, 1 open, 2 half-open.", gauge, func(x PaceStats) float64 { return breakerState(x.Breaker) }),

@@ -71,6 +71,7 @@ func TestRegisterPace(t *testing.T) {
 		"sluice_pace_retry_after_capped_total":     0,
 		"sluice_pace_retry_budget_exhausted_total": 0,
 		"sluice_pace_gave_up_total":                0,
+		"sluice_pace_fenced_total":                 0,
 		"sluice_pace_granted_total":                2,
 		"sluice_pace_queued":                       0,
 		"sluice_pace_in_flight":                    0,
@@ -94,8 +95,8 @@ func TestRegisterPace(t *testing.T) {
 	if g, ok := got["sluice_pace_rate_limit"]; !ok || !(math.IsInf(g, 1) || g > 0) {
 		t.Errorf("sluice_pace_rate_limit = %v (present %v), want > 0 or +Inf", g, ok)
 	}
-	if len(got) != 19 {
-		t.Errorf("%d series for the target, want 19: %v", len(got), got)
+	if len(got) != 20 {
+		t.Errorf("%d series for the target, want 20: %v", len(got), got)
 	}
 }
 
@@ -105,7 +106,7 @@ func paceStats(tr *pace.Transport) func() metrics.PaceStats {
 		s := tr.Stats()
 		return metrics.PaceStats{
 			Requests: s.Requests, Tries: s.Tries, Retries: s.Retries, Throttled: s.Throttled, Failures: s.Failures,
-			RetryAfterCapped: s.RetryAfterCapped, BudgetSpent: s.BudgetSpent, GaveUp: s.GaveUp,
+			RetryAfterCapped: s.RetryAfterCapped, BudgetSpent: s.BudgetSpent, GaveUp: s.GaveUp, Fenced: s.Fenced,
 			EffectiveRate: s.Pacer.EffectiveRate, Rate: s.Pacer.Rate, Queued: s.Pacer.Queued, InFlight: s.Pacer.InFlight,
 			Waited: s.Pacer.Waited, Granted: s.Pacer.Granted, Holds: s.Pacer.Holds, Learned: s.Pacer.Learned,
 			Breaker: s.Breaker.State.String(), BreakerOpens: s.Breaker.Opens, BreakerRejected: s.Breaker.Rejected,

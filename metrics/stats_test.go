@@ -67,7 +67,7 @@ func TestPaceStatsSeries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stats := metrics.PaceStats{Requests: 1, Tries: 2, Retries: 3, Throttled: 4, Failures: 5, RetryAfterCapped: 6, BudgetSpent: 7, GaveUp: 8,
+	stats := metrics.PaceStats{Requests: 1, Tries: 2, Retries: 3, Throttled: 4, Failures: 5, RetryAfterCapped: 6, BudgetSpent: 7, GaveUp: 8, Fenced: 19,
 		EffectiveRate: 9.5, Rate: 10.5, Queued: 11, InFlight: 12, Waited: 13 * time.Second, Granted: 14, Holds: 15, Learned: 16,
 		Breaker: "closed", BreakerOpens: 17, BreakerRejected: 18}
 	if err := m.RegisterPace("t", func() metrics.PaceStats { return stats }); err != nil {
@@ -79,6 +79,7 @@ func TestPaceStatsSeries(t *testing.T) {
 		"sluice_pace_gave_up_total": 8, "sluice_pace_effective_rate": 9.5, "sluice_pace_rate_limit": 10.5, "sluice_pace_queued": 11,
 		"sluice_pace_in_flight": 12, "sluice_pace_wait_seconds_total": 13, "sluice_pace_granted_total": 14, "sluice_pace_holds_total": 15,
 		"sluice_pace_learned_total": 16, "sluice_pace_breaker_state": 0, "sluice_pace_breaker_opens_total": 17, "sluice_pace_breaker_rejected_total": 18,
+		"sluice_pace_fenced_total": 19,
 	}
 	got := scrapePace(t, reg, "t")
 	for name, w := range want {

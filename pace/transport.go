@@ -31,7 +31,31 @@ type TransportOptions struct {
 	Retry RetryOptions
 	// Breaker configures the circuit breaker; see BreakerOptions.
 	Breaker BreakerOptions
+	// Share, when set, is this process's share of a limit several
+	// processes spend together (lease.SpendFrom over a lease.Holder): every
+	// try first waits for Cost from it, then for the Pacer, and carries the
+	// share's fence in the Sluice-Lease-Epoch header. A 409 answer to a
+	// fenced try means the target saw a newer holder of that partition: the
+	// Share is told (Stale) and the request is tried again at once under
+	// another fence, spending no attempt (still bounded by the Deadline and
+	// the retry budget). Other answers, the target's other fence refusals
+	// (400, 403, 428) included, are returned as they are.
+	Share Share
 }
+
+// Share is one process's share of a limit a fleet spends together; see
+// TransportOptions.Share. lease.Budget implements it. Implementations are
+// safe for concurrent use.
+type Share interface {
+	// Wait blocks until cost may be spent from the share, or ctx ends, and
+	// returns the fence to send ("" for none).
+	Wait(ctx context.Context, cost float64) (fence string, err error)
+	// Stale tells the share that a target refused fence as stale.
+	Stale(fence string)
+}
+
+// fenceHeader carries a Share's fence (lease.FenceHeader).
+const fenceHeader = "Sluice-Lease-Epoch"
 
 // Transport is an http.RoundTripper that makes any http.Client a good citizen
 // of a rate-limited target: each try waits for the Pacer, the target's answers
@@ -56,13 +80,14 @@ type Transport struct {
 	retry   RetryOptions
 	breaker *Breaker
 	budget  *budget
+	share   Share
 
 	stats transportCounters
 }
 
 type transportCounters struct {
 	requests, tries, retries, throttled, failures atomic.Uint64
-	capped, budgetSpent, gaveUp                   atomic.Uint64
+	capped, budgetSpent, gaveUp, fenced           atomic.Uint64
 }
 
 // NewTransport validates o and returns a Transport.
@@ -75,7 +100,7 @@ func NewTransport(o TransportOptions) (*Transport, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &Transport{base: o.Base, pacer: o.Pacer, cost: o.Cost, retry: r, breaker: b, budget: newBudget(r.Budget, r.MinRetries)}
+	t := &Transport{base: o.Base, pacer: o.Pacer, cost: o.Cost, retry: r, breaker: b, budget: newBudget(r.Budget, r.MinRetries), share: o.Share}
 	if t.base == nil {
 		t.base = http.DefaultTransport
 	}
@@ -131,7 +156,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		ans := a.send(r)
 		a.learn(tn, ans)
 		a.last, a.lastErr = ans.resp, ans.err
-		if ans.kind == succeeded {
+		if ans.kind == succeeded && !ans.fenced {
 			return ans.resp, nil
 		}
 		if ok, err := a.retry(ans); !ok {
@@ -157,6 +182,7 @@ type attempt struct {
 	sent      int            // tries sent to Base; once one is, req's body is Base's to close
 	failures  int            // failed tries, which spend attempts
 	throttles int            // throttled answers, which lengthen their backoff but spend no attempt
+	fence     string         // the try's fence from the Share ("" without one)
 	notAfter  time.Time      // the earliest next try
 	last      *http.Response // the previous answer, kept to return when retrying stops
 	lastErr   error          // the previous try's error
@@ -203,9 +229,20 @@ func (a *attempt) admit() (turn, error) {
 		done(Ignored) // it turned half-open meanwhile: ask again below
 	}
 	waitCtx, cancel := context.WithDeadline(a.ctx, a.deadline)
+	defer cancel()
+	if t.share != nil {
+		// The fleet's share first: waiting for it holds no Pacer slot.
+		fence, err := t.share.Wait(waitCtx, a.cost)
+		if err != nil {
+			if errors.Is(err, context.DeadlineExceeded) && a.ctx.Err() == nil && !callerFirst(a.ctx, a.deadline) {
+				err = fmt.Errorf("pace: no share of the fleet's limit before the retry deadline (%v): %w", t.retry.Deadline, err)
+			}
+			return turn{}, err
+		}
+		a.fence = fence
+	}
 	// A retry goes ahead of the first tries: its request has waited.
 	permit, err := t.pacer.wait(waitCtx, a.cost, a.sent > 0)
-	cancel()
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) && a.ctx.Err() == nil && !callerFirst(a.ctx, a.deadline) {
 			err = fmt.Errorf("pace: no capacity before the retry deadline (%v): %w", t.retry.Deadline, err)
@@ -221,18 +258,24 @@ func (a *attempt) admit() (turn, error) {
 }
 
 // request is what the try sends: req itself the first time; for a retry, a
-// clone with a fresh body, once the previous answer is let go.
+// clone with a fresh body, once the previous answer is let go. A try with a
+// fence carries it in a clone's header (req is the caller's, never changed).
 func (a *attempt) request() (*http.Request, error) {
-	if a.sent == 0 {
-		return a.req, nil
+	r := a.req
+	if a.sent > 0 {
+		discard(a.last)
+		a.last, a.lastErr = nil, nil
+		var err error
+		if r, err = rewind(a.req); err != nil {
+			return nil, err
+		}
+		a.t.stats.retries.Add(1)
+	} else if a.fence != "" {
+		r = a.req.Clone(a.ctx) // the same body: it is the first try
 	}
-	discard(a.last)
-	a.last, a.lastErr = nil, nil
-	r, err := rewind(a.req)
-	if err != nil {
-		return nil, err
+	if a.fence != "" {
+		r.Header.Set(fenceHeader, a.fence)
 	}
-	a.t.stats.retries.Add(1)
 	return r, nil
 }
 
@@ -243,6 +286,7 @@ type answer struct {
 	sent, received time.Time
 	kind           kind
 	canceled       bool          // the round trip failed because the request's context ended
+	fenced         bool          // a 409 to a try sent with a fence: the Share's partition moved on
 	wait           time.Duration // a throttled answer's Retry-After, when hasWait
 	hasWait        bool
 }
@@ -258,6 +302,7 @@ func (a *attempt) send(r *http.Request) answer {
 	ans.received = time.Now()
 	ans.kind = classify(ans.resp, ans.err)
 	ans.canceled = ans.err != nil && a.ctx.Err() != nil
+	ans.fenced = a.fence != "" && ans.resp != nil && ans.resp.StatusCode == http.StatusConflict
 	if ans.kind == throttled {
 		var capped bool
 		ans.wait, capped, ans.hasWait = retryAfter(ans.resp.Header, ans.received, t.retry.MaxRetryAfter)
@@ -303,8 +348,14 @@ func (a *attempt) learn(tn turn, ans answer) {
 // try would start after the Deadline, or the retry budget is spent.
 func (a *attempt) retry(ans answer) (bool, error) {
 	t := a.t
-	switch ans.kind {
-	case throttled:
+	switch {
+	case ans.fenced:
+		// Not the request's failure: its partition has a newer holder.
+		// The next try waits for the Share again, under another fence.
+		t.share.Stale(a.fence)
+		t.stats.fenced.Add(1)
+		a.notAfter = ans.received
+	case ans.kind == throttled:
 		t.stats.throttled.Add(1)
 		a.throttles++
 		if ans.hasWait {
@@ -312,7 +363,7 @@ func (a *attempt) retry(ans answer) (bool, error) {
 		} else {
 			a.notAfter = ans.received.Add(backoff(t.retry.BaseDelay, t.retry.MaxDelay, a.throttles))
 		}
-	case failed:
+	case ans.kind == failed:
 		if ans.canceled {
 			return false, a.ctx.Err()
 		}
@@ -503,8 +554,10 @@ type TransportStats struct {
 	// error (budget, attempts, deadline, breaker, a request that cannot be
 	// retried, a context that ended).
 	BudgetSpent, GaveUp uint64
-	Pacer               Stats
-	Breaker             BreakerStats
+	// Fenced counts 409 answers to fenced tries (TransportOptions.Share).
+	Fenced  uint64
+	Pacer   Stats
+	Breaker BreakerStats
 }
 
 // Stats returns the Transport's counters now.
@@ -518,6 +571,7 @@ func (t *Transport) Stats() TransportStats {
 		RetryAfterCapped: t.stats.capped.Load(),
 		BudgetSpent:      t.stats.budgetSpent.Load(),
 		GaveUp:           t.stats.gaveUp.Load(),
+		Fenced:           t.stats.fenced.Load(),
 		Pacer:            t.pacer.Stats(),
 		Breaker:          t.breaker.Stats(),
 	}

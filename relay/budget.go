@@ -22,23 +22,6 @@ type Budget interface {
 
 // HolderBudget spends from the partitions h holds (package lease): each
 // request carries its partition's epoch, so a target that checks fences
-// refuses it once the partition has moved on. h's Run must be running.
-func HolderBudget(h *fleet.Holder) Budget { return holderBudget{h} }
-
-type holderBudget struct{ h *fleet.Holder }
-
-func (b holderBudget) Wait(ctx context.Context, cost float64) (string, error) {
-	s, err := b.h.Wait(ctx, cost)
-	if err != nil {
-		return "", err
-	}
-	return fleet.FormatFence(s), nil
-}
-
-func (b holderBudget) Stale(fence string) {
-	if s, err := fleet.ParseFence(fence); err == nil {
-		b.h.Fenced(s)
-	}
-}
-
-func (b holderBudget) Rate() float64 { return b.h.Rate() }
+// refuses it once the partition has moved on. h's Run must be running. It is
+// lease.SpendFrom(h).
+func HolderBudget(h *fleet.Holder) Budget { return fleet.SpendFrom(h) }
