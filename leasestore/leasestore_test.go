@@ -404,7 +404,7 @@ func TestMaxKeysAndIdle(t *testing.T) {
 		// Given back gracefully, but more than a TTL ago: a group silent
 		// for a TTL trusts no "given back" (Redis may have come back from
 		// an older copy), so a's group, asked again, is quarantined.
-		check(t, s, "a", hot, 1, want{retry: 300 * ms, orRetry: 250 * ms})
+		check(t, s, "a", hot, 1, want{retry: 300 * ms, orRetry: 950 * ms})
 		acquire(t, s, "a", hot)
 		check(t, s, "a", hot, 1, want{retry: 950 * ms}) // TTL + drift
 	})
