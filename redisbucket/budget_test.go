@@ -59,7 +59,7 @@ func TestOneProcess(t *testing.T) {
 	if admitted < leastShare*bound {
 		t.Errorf("admitted %v < %v × (B + L×T) = %.1f: the process left the bucket unused", admitted, leastShare, leastShare*bound)
 	}
-	if st.Admitted != admitted || st.Held != st.Granted-st.Admitted || st.Held >= sliceS {
+	if st.Admitted != admitted || math.Abs(st.Held-(st.Granted-st.Admitted)) > 1e-9 || st.Held >= sliceS {
 		t.Errorf("Stats %+v after admitting %v", st, admitted)
 	}
 	if calls != st.RoundTrips {
