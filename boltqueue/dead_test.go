@@ -155,6 +155,29 @@ func TestVerifySeesABrokenDeadIndex(t *testing.T) {
 	}
 }
 
+// A file whose first Open was killed before it made the buckets holds
+// nothing and passes; a file missing one bucket does not.
+func TestVerifyEmptyAndPartialFiles(t *testing.T) {
+	t.Parallel()
+	bare := filepath.Join(t.TempDir(), "bare.db")
+	db, err := bolt.Open(bare, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := boltqueue.Verify(bare); err != nil {
+		t.Errorf("Verify(a bbolt file without buckets) = %v, want nil", err)
+	}
+	path := filepath.Join(t.TempDir(), "queue.db")
+	deadFile(t, path, queuetest.NewFakeClock())
+	update(t, path, func(tx *bolt.Tx) error { return tx.DeleteBucket([]byte("meta")) })
+	if err := boltqueue.Verify(path); err == nil || !strings.Contains(err.Error(), "bucket meta is missing") {
+		t.Errorf("Verify(a file without its meta bucket) = %v, want it reported", err)
+	}
+}
+
 func binaryID(id int) []byte {
 	b := make([]byte, 8)
 	for i := range 8 {

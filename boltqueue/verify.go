@@ -16,7 +16,9 @@ import (
 // state the index says, every dead task has its entry in the dead index,
 // and the counts match the indexes). It returns every problem found,
 // joined, or nil. The dead index of a file last written by a boltqueue
-// without it is not checked: it is not kept there, and Open builds it.
+// without it is not checked: it is not kept there, and Open builds it. A
+// file with no bucket at all is a queue whose first Open was killed before
+// it created them: it holds nothing, and the next Open creates them.
 func Verify(path string) error {
 	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
 	if err != nil {
@@ -27,6 +29,9 @@ func Verify(path string) error {
 	err = db.View(func(tx *bolt.Tx) error {
 		for err := range tx.Check() {
 			problems = append(problems, err)
+		}
+		if k, _ := tx.Cursor().First(); k == nil && len(problems) == 0 {
+			return nil // no bucket yet: never initialised, empty
 		}
 		for _, name := range allBuckets {
 			if tx.Bucket(name) == nil {
