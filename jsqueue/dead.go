@@ -244,6 +244,11 @@ func (q *Queue) revive(ctx context.Context, id string, at time.Time) error {
 	if notFound(err) && now.Sub(r.Finished) >= q.o.DeadRetention-stale {
 		return fmt.Errorf("jsqueue: revive: task %s: %w: its dead letter, which holds its payload, expired with the dead retention", id, queue.ErrNotFound)
 	}
+	if notFound(err) && q.revivedMeanwhile(ctx, id, de.Revision()) {
+		// A concurrent Revive completed between our reads, and removed
+		// the letter: read again, to answer ErrNotDead.
+		return errAgain
+	}
 	if notFound(err) {
 		return fmt.Errorf("jsqueue: revive: task %s: its dead letter, which holds its payload, is not stored yet (Stats finishes the death's record): the task stays dead; try again", id)
 	}
@@ -269,6 +274,17 @@ func (q *Queue) revive(ctx context.Context, id string, at time.Time) error {
 	}
 	q.completeRevival(ctx, id, rev, r, letter.Data, true)
 	return nil
+}
+
+// revivedMeanwhile reports whether task id has a live record again, or
+// its dead record is no longer the one read at revision deadRev: what a
+// Revive that completed meanwhile leaves.
+func (q *Queue) revivedMeanwhile(ctx context.Context, id string, deadRev uint64) bool {
+	if l, err := q.liveRecord(ctx, id); err == nil && l != nil {
+		return true
+	}
+	de, err := q.finished[stDead].Get(ctx, id)
+	return notFound(err) || errors.Is(err, jetstream.ErrKeyDeleted) || (err == nil && de.Revision() != deadRev)
 }
 
 // live is a record of the status bucket with its revision and bytes.
