@@ -19,6 +19,8 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/redisstore"
+	"github.com/sluicehq/sluice/redisstore/goredis"
+	"github.com/sluicehq/sluice/redisscript"
 )
 
 func redisAddr(b *testing.B) string {
@@ -79,13 +81,27 @@ func parallel64(b *testing.B, op func(key string) error) {
 func BenchmarkRedis(b *testing.B) {
 	addr := redisAddr(b)
 	ctx := context.Background()
-	b.Run("impl=sluice", func(b *testing.B) {
-		rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer rc.Close()
-		s, err := redisstore.New(redisstore.Options{Client: redisstore.NewRueidis(rc), Timeout: 5 * time.Second})
+	for _, c := range []struct {
+		impl string
+		o    redisscript.CoalesceOptions
+	}{{"sluice", redisscript.CoalesceOptions{}}, {"sluice-uncoalesced", redisscript.CoalesceOptions{Off: true}}} {
+		b.Run("impl="+c.impl, func(b *testing.B) {
+			s := sluiceOnRedis(b, addr, c.o)
+			limit := sluice.Limit{Name: "bench", Quota: 1e9, Window: time.Second}
+			parallel64(b, func(key string) error {
+				_, err := s.Allow(ctx, key, limit, 1)
+				return err
+			})
+			st := s.Stats()
+			b.ReportMetric(float64(st.Batched+st.Calls-st.Batches)/float64(max(st.Calls, 1)), "decisions/call")
+		})
+	}
+	// The go-redis adapter, on the pool redis_rate has: coalescing is the
+	// store's, above the driver.
+	b.Run("impl=sluice-goredis", func(b *testing.B) {
+		rdb := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64, ContextTimeoutEnabled: true})
+		defer rdb.Close()
+		s, err := redisstore.New(redisstore.Options{Client: goredis.New(rdb), Timeout: 5 * time.Second})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -95,6 +111,8 @@ func BenchmarkRedis(b *testing.B) {
 			_, err := s.Allow(ctx, key, limit, 1)
 			return err
 		})
+		st := s.Stats()
+		b.ReportMetric(float64(st.Batched+st.Calls-st.Batches)/float64(max(st.Calls, 1)), "decisions/call")
 	})
 	b.Run("impl=redis_rate", func(b *testing.B) {
 		rdb := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64})
@@ -163,4 +181,55 @@ func BenchmarkRedisCeiling(b *testing.B) {
 		rps, _ := strconv.ParseFloat(string(m[len(m)-1][1]), 64)
 		b.ReportMetric(rps, "decisions/s")
 	}
+}
+
+// sluiceOnRedis is sluice's Redis store on rueidis (auto-pipelining),
+// coalescing as o says.
+func sluiceOnRedis(b *testing.B, addr string, o redisscript.CoalesceOptions) *redisstore.Store {
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(rc.Close)
+	s, err := redisstore.New(redisstore.Options{Client: redisstore.NewRueidis(rc), Timeout: 5 * time.Second, Coalesce: o})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// One caller at a time (c = 1): the latency of a decision on an unloaded
+// path, coalescing on and off, and redis_rate's.
+func BenchmarkRedisAlone(b *testing.B) {
+	addr := redisAddr(b)
+	ctx := context.Background()
+	limit := sluice.Limit{Name: "bench", Quota: 1e9, Window: time.Second}
+	for _, c := range []struct {
+		impl string
+		o    redisscript.CoalesceOptions
+	}{{"sluice", redisscript.CoalesceOptions{}}, {"sluice-uncoalesced", redisscript.CoalesceOptions{Off: true}}} {
+		b.Run("impl="+c.impl, func(b *testing.B) {
+			s := sluiceOnRedis(b, addr, c.o)
+			i := 0
+			for b.Loop() {
+				i++
+				if _, err := s.Allow(ctx, tenK[i%len(tenK)], limit, 1); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+	b.Run("impl=redis_rate", func(b *testing.B) {
+		rdb := redis.NewClient(&redis.Options{Addr: addr})
+		defer rdb.Close()
+		l := redis_rate.NewLimiter(rdb)
+		i := 0
+		for b.Loop() {
+			i++
+			if _, err := l.Allow(ctx, tenK[i%len(tenK)], redis_rate.PerSecond(1e9)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

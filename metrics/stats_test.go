@@ -22,7 +22,7 @@ func TestStoreStatsSeries(t *testing.T) {
 		t.Fatal(err)
 	}
 	redis := metrics.RedisStats{Calls: 1, NoScript: 2, Failures: 3, Timeouts: 4, FailOpen: 5, FailClosed: 6, FailLocal: 7,
-		BreakerOpen: true, Unreachable: false, BreakerOpens: 8, DenyCacheHits: 9, Compensations: 10, ClockBackwards: 11, ChargesDropped: 12}
+		BreakerOpen: true, Unreachable: false, BreakerOpens: 8, DenyCacheHits: 9, Compensations: 10, ClockBackwards: 11, ChargesDropped: 12, Batches: 13, Batched: 14}
 	if err := m.RegisterRedis(func() metrics.RedisStats { return redis }); err != nil {
 		t.Fatal(err)
 	}
@@ -37,6 +37,7 @@ func TestStoreStatsSeries(t *testing.T) {
 		"sluice_redis_fallback_fail_local_total": 7, "sluice_redis_breaker_open": 1, "sluice_redis_unreachable": 0,
 		"sluice_redis_breaker_opens_total": 8, "sluice_redis_deny_cache_hits_total": 9, "sluice_redis_compensations_total": 10,
 		"sluice_redis_clock_backwards_total": 11, "sluice_redis_charges_dropped_total": 12,
+		"sluice_redis_batches_total": 13, "sluice_redis_batched_decisions_total": 14,
 		"sluice_memory_keys": 21, "sluice_memory_evictions_total": 22, "sluice_memory_expired_total": 23, "sluice_memory_clock_backwards_total": 24,
 	}
 	got := scrape(t, reg)

@@ -29,6 +29,8 @@ type RedisStats struct {
 	Compensations  uint64 // spends undone after a multi-limit call across hash slots was rejected
 	ClockBackwards uint64 // decisions whose Redis clock was behind a key's state (clamped)
 	ChargesDropped uint64 // charges Redis could not take, under FailOpen or FailClosed
+	Batches        uint64 // script calls of coalesced decisions (counted in Calls too)
+	Batched        uint64 // decisions sent in them
 }
 
 // MemoryStats are the counters RegisterMemory exports, read from an
@@ -89,8 +91,9 @@ func gauge01(b bool) float64 {
 // RegisterRedis exports a Redis store's counters, as <namespace>_redis_*
 // (sluice_redis_* by default): calls, failures and timeouts, the decisions
 // each failure policy made, the breaker, NOSCRIPT answers, deny-cache hits,
-// compensations, clamped clocks and dropped charges. stats is called once
-// per scrape, so the values of one scrape are consistent with each other;
+// compensations, clamped clocks, dropped charges and coalesced batches.
+// stats is called once per scrape, so the values of one scrape are
+// consistent with each other;
 // it must be safe for concurrent use (scrapes may overlap). A nil stats,
 // or a registry that already holds these series, is an error.
 func (m *Metrics) RegisterRedis(stats func() RedisStats) error {
@@ -116,6 +119,8 @@ func (m *Metrics) RegisterRedis(stats func() RedisStats) error {
 		newCounter(ns, "compensations_total", "Spends undone after a multi-limit call across hash slots was rejected.", prometheus.CounterValue, st(func(x RedisStats) uint64 { return x.Compensations })),
 		newCounter(ns, "clock_backwards_total", "Decisions whose Redis clock was behind a key's state.", prometheus.CounterValue, st(func(x RedisStats) uint64 { return x.ClockBackwards })),
 		newCounter(ns, "charges_dropped_total", "Charges Redis could not take, under fail_open or fail_closed.", prometheus.CounterValue, st(func(x RedisStats) uint64 { return x.ChargesDropped })),
+		newCounter(ns, "batches_total", "Script calls that carried coalesced decisions (counted in calls_total too).", prometheus.CounterValue, st(func(x RedisStats) uint64 { return x.Batches })),
+		newCounter(ns, "batched_decisions_total", "Decisions sent in coalesced script calls; divided by batches_total, the mean batch.", prometheus.CounterValue, st(func(x RedisStats) uint64 { return x.Batched })),
 	}}
 	return m.registry.Register(c)
 }

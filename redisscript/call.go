@@ -30,6 +30,9 @@ const (
 	opPeek op = "p"
 	// opReset forgets the states: each key starts full.
 	opReset op = "x"
+	// opBatch decides several calls, one after the other (coalesced
+	// decisions; see coalesce.go).
+	opBatch op = "b"
 )
 
 // decides reports whether o's reply is a decision (allowed or rejected)
@@ -76,16 +79,28 @@ func (s *Store) scriptArgs(o op, mode sluice.Mode, rs []request) (keys, args []s
 		args[1] = strconv.FormatInt(s.testNow().UnixMicro(), 10)
 	}
 	args[2] = string(o)
-	args[3] = "0"
-	if mode == sluice.RejectionsCount {
-		args[3] = "1"
-	}
+	args[3] = modeArg(mode)
 	for i, r := range rs {
 		keys[i] = r.key
+	}
+	return keys, appendParams(args, rs)
+}
+
+// modeArg is a call's mode as the script reads it.
+func modeArg(mode sluice.Mode) string {
+	if mode == sluice.RejectionsCount {
+		return "1"
+	}
+	return "0"
+}
+
+// appendParams appends the scriptParams values of each of rs to args.
+func appendParams(args []string, rs []request) []string {
+	for _, r := range rs {
 		args = append(args, r.c.argv[:]...)
 		args = append(args, costArg(r.cost), uintArg(r.ticket), intArg(r.at), intArg(r.stamp))
 	}
-	return keys, args
+	return args
 }
 
 // call sends the script by its SHA1, and its source only when Redis

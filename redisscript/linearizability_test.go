@@ -14,30 +14,6 @@ import (
 	"github.com/sluicehq/sluice/redisscript"
 )
 
-// serverClock records, for the call whose context carries a slot, the
-// instant the script decided at (Redis TIME, from the reply).
-type serverClock struct{ redisscript.Client }
-
-type nowSlot struct{}
-
-func (c serverClock) EvalSHA(ctx context.Context, sha string, keys, args []string) ([]int64, error) {
-	return recordNow(ctx)(c.Client.EvalSHA(ctx, sha, keys, args))
-}
-
-// Eval answers after a NOSCRIPT (another test may flush the scripts).
-func (c serverClock) Eval(ctx context.Context, src string, keys, args []string) ([]int64, error) {
-	return recordNow(ctx)(c.Client.Eval(ctx, src, keys, args))
-}
-
-func recordNow(ctx context.Context) func([]int64, error) ([]int64, error) {
-	return func(v []int64, err error) ([]int64, error) {
-		if p, ok := ctx.Value(nowSlot{}).(*int64); ok && err == nil && len(v) > 1 {
-			*p = v[1]
-		}
-		return v, err
-	}
-}
-
 type lzInput struct{ cost int64 }
 
 type lzOutput struct {
@@ -100,10 +76,8 @@ func record(t *testing.T, s *redisscript.Store, key string, limit sluice.Limit, 
 	for w := range workers {
 		wg.Go(func() {
 			for range ops {
-				var now int64
-				c := context.WithValue(context.Background(), nowSlot{}, &now)
 				call := time.Since(start).Nanoseconds()
-				d, err := s.Allow(c, key, limit, 1)
+				d, now, err := s.AllowNow(context.Background(), key, limit, 1)
 				ret := time.Since(start).Nanoseconds()
 				if err != nil {
 					t.Error(err)
@@ -123,7 +97,18 @@ func record(t *testing.T, s *redisscript.Store, key string, limit sluice.Limit, 
 }
 
 func TestLinearizable(t *testing.T) {
-	s := newStore(t, redisscript.Options{Client: serverClock{sharedClient(t)}, Timeout: 5 * time.Second})
+	for _, coalesce := range []bool{true, false} {
+		t.Run(fmt.Sprintf("coalesce=%v", coalesce), func(t *testing.T) {
+			s := newStore(t, redisscript.Options{Client: sharedClient(t), Timeout: 5 * time.Second, Coalesce: redisscript.CoalesceOptions{Off: !coalesce}})
+			testLinearizable(t, s)
+			if st := s.Stats(); coalesce && st.Batched == 0 {
+				t.Errorf("no decision was coalesced (%d calls): the histories checked none", st.Calls)
+			}
+		})
+	}
+}
+
+func testLinearizable(t *testing.T, s *redisscript.Store) {
 	for _, c := range []struct {
 		name           string
 		limit          sluice.Limit
@@ -164,7 +149,7 @@ func TestLinearizable(t *testing.T) {
 // ways a broken store would be — one admission too many, or two answers
 // that contradict their real-time order — is refused.
 func TestLinearizableCatchesBrokenHistories(t *testing.T) {
-	s := newStore(t, redisscript.Options{Client: serverClock{sharedClient(t)}, Timeout: 5 * time.Second})
+	s := newStore(t, redisscript.Options{Client: sharedClient(t), Timeout: 5 * time.Second})
 	limit := sluice.Limit{Name: "lz-neg", Quota: 20, Window: time.Hour}
 	model := tokenBucketModel(limit)
 	history := record(t, s, unique(t, "k"), limit, 1, 20) // one caller: 20 allowed, in order

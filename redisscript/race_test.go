@@ -31,19 +31,25 @@ func TestLastTokenRaceAcrossProcesses(t *testing.T) {
 	if testing.Short() {
 		trials = 50
 	}
-	counts := raceProcesses(t, addr, "script", trials)
+	counts, coalesced := raceProcesses(t, addr, "script", trials)
 	for trial, n := range counts {
 		if n != 100 {
 			t.Fatalf("trial %d: %d admitted, want exactly 100", trial, n)
 		}
 	}
-	t.Logf("%d trials × 4 processes × 16 goroutines: exactly 100 admitted in every trial", trials)
+	// The stores coalesce (the default): the race must have gone through
+	// batches too, or it tested only the single call.
+	if coalesced == 0 {
+		t.Fatal("no decision was coalesced in any process: the batches were not raced")
+	}
+	t.Logf("%d trials × 4 processes × 16 goroutines: exactly 100 admitted in every trial; %d decisions went in batches", trials, coalesced)
 }
 
 func TestLastTokenRaceCatchesGetThenSet(t *testing.T) {
 	addr := redistest.Addr(t)
 	worst := 0
-	for _, n := range raceProcesses(t, addr, "getset", 20) {
+	counts, _ := raceProcesses(t, addr, "getset", 20)
+	for _, n := range counts {
 		worst = max(worst, n)
 	}
 	if worst <= 100 {
@@ -60,10 +66,10 @@ const (
 
 // raceProcesses runs the race in raceProcs child processes (this test
 // binary, re-executed) and returns the admitted count of each trial.
-func raceProcesses(t *testing.T, addr, variant string, trials int) []int {
+func raceProcesses(t *testing.T, addr, variant string, trials int) (counts []int, coalesced int) {
 	t.Helper()
 	prefix := fmt.Sprintf("race-%s-%d", variant, time.Now().UnixNano())
-	counts := make([]int, trials)
+	counts = make([]int, trials)
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	errs := make(chan error, raceProcs)
@@ -86,6 +92,10 @@ func raceProcesses(t *testing.T, addr, variant string, trials int) []int {
 					mu.Lock()
 					counts[trial] += n
 					mu.Unlock()
+				} else if _, err := fmt.Sscanf(sc.Text(), "coalesced %d", &n); err == nil {
+					mu.Lock()
+					coalesced += n
+					mu.Unlock()
 				}
 			}
 			if err := cmd.Wait(); err != nil {
@@ -98,7 +108,7 @@ func raceProcesses(t *testing.T, addr, variant string, trials int) []int {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	return counts
+	return counts, coalesced
 }
 
 // TestRaceChild is a child process of raceProcesses (it does nothing in a
@@ -154,6 +164,7 @@ func TestRaceChild(t *testing.T) {
 		wg.Wait()
 		fmt.Printf("trial %d admitted %d\n", trial, admitted.Load())
 	}
+	fmt.Printf("coalesced %d\n", store.Stats().Batched)
 }
 
 // take is one attempt: the store's atomic script, or the seed's

@@ -15,6 +15,7 @@ type result struct {
 	wait      int64 // µs, waitNever never
 	reset     int64 // µs
 	at        int64 // µs: the instant decided
+	now       int64 // µs: the instant of the call (Redis TIME), for tests
 }
 
 // The flags of a result (ALLOWED, CLAMPED and UNSPENT in lua/head.lua).
@@ -44,9 +45,15 @@ func parseReply(o op, reply []int64, rs []request, res []result) error {
 	if reply[0] != scriptProtocol {
 		return badReply(reply, fmt.Sprintf("script protocol %d, want %d: an old or foreign script answered", reply[0], scriptProtocol))
 	}
+	return parseParts(o, reply, reply[2:], rs, res)
+}
+
+// parseParts checks the parts of one call's reply, parts (replyValues per
+// key of rs; reply is the whole, for the error), and fills res.
+func parseParts(o op, reply, parts []int64, rs []request, res []result) error {
 	for i := range rs {
-		v := reply[2+replyValues*i : 2+replyValues*(i+1)]
-		x := result{flags: v[0], remaining: v[1], wait: v[2], reset: v[3], at: v[4]}
+		v := parts[replyValues*i : replyValues*(i+1)]
+		x := result{flags: v[0], remaining: v[1], wait: v[2], reset: v[3], at: v[4], now: reply[1]}
 		if why := x.problem(o, &rs[i]); why != "" {
 			return badReply(reply, fmt.Sprintf("key %d: %s: flags %d, remaining %d, wait %d, reset %d", i, why, x.flags, x.remaining, x.wait, x.reset))
 		}

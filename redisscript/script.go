@@ -47,6 +47,7 @@ var headNames = []string{
 	`local OP_UNDO = "` + string(opUndo) + `"`,
 	`local OP_PEEK = "` + string(opPeek) + `"`,
 	`local OP_RESET = "` + string(opReset) + `"`,
+	`local OP_BATCH = "` + string(opBatch) + `"`,
 	"local ALLOWED = " + strconv.Itoa(flagAllowed),
 	"local CLAMPED = " + strconv.Itoa(flagClamped),
 	"local UNSPENT = " + strconv.Itoa(flagUnspent),

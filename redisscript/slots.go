@@ -15,7 +15,7 @@ import (
 func (s *Store) decideGroups(ctx context.Context, rs []request, mode sluice.Mode, res []result) error {
 	groups := s.groups(rs)
 	if len(groups) == 1 {
-		return s.run(ctx, opDecide, mode, rs, res)
+		return s.decideCall(ctx, mode, rs, res)
 	}
 	// Across slots: each slot at once, then compensation. Each spend
 	// leaves a random stamp in a bucket's state, so that its undo can tell
@@ -34,7 +34,7 @@ func (s *Store) decideGroups(ctx context.Context, rs []request, mode sluice.Mode
 			grouped[g][j] = rs[i]
 		}
 		results[g] = make([]result, len(idx))
-		wg.Go(func() { errs[g] = s.run(ctx, opDecide, mode, grouped[g], results[g]) })
+		wg.Go(func() { errs[g] = s.decideCall(ctx, mode, grouped[g], results[g]) })
 	}
 	wg.Wait()
 	allowed := true

@@ -111,6 +111,10 @@ type Options struct {
 	// that, for a larger cost, may be short) for fewer calls.
 	DenyCache int
 
+	// Coalesce configures how concurrent decisions (Allow, AllowAll) share
+	// script calls; see CoalesceOptions. On by default: a decision alone
+	// goes at once, as it would without it.
+	Coalesce CoalesceOptions
 	// Logger receives the store's state changes, once per change, never
 	// per call: Redis unreachable (a call failed for want of Redis, or a
 	// ConnectionWatcher could not connect; Warn, with the error), Redis
@@ -152,6 +156,8 @@ type Stats struct {
 	Compensations  uint64 // spends undone (or found already refilled) after a multi-limit call across hash slots was rejected
 	ClockBackwards uint64 // decisions whose Redis clock was behind a key's state (clamped)
 	ChargesDropped uint64 // charges Redis could not take, under FailOpen or FailClosed
+	Batches        uint64 // script calls of coalesced decisions (counted in Calls too)
+	Batched        uint64 // decisions sent in them
 }
 
 // Store is a Redis-backed sluice.Limiter, sluice.Charger and
@@ -183,6 +189,10 @@ type Store struct {
 	failOpen, failClosed, failLocal         atomic.Uint64
 	denyHits, compensations, clockBackwards atomic.Uint64
 	chargesDropped                          atomic.Uint64
+	batches, batched                        atomic.Uint64
+	coalesce                                CoalesceOptions
+	batchAlways                             bool // tests: every decision goes through the batch script
+	batchers                                batchers
 }
 
 var _ sluice.Charger = (*Store)(nil)
@@ -230,11 +240,16 @@ func New(opts Options) (*Store, error) {
 	if !opts.Policy.Valid() {
 		return nil, fmt.Errorf("redisscript: Policy: %w %d", sluice.ErrUnknownFailurePolicy, uint8(opts.Policy))
 	}
+	coalesce, err := opts.Coalesce.withDefaults()
+	if err != nil {
+		return nil, err
+	}
 	local, err := memstore.New(memstore.Options{})
 	if err != nil {
 		return nil, err
 	}
 	s := &Store{
+		coalesce: coalesce,
 		client:   opts.Client,
 		keys:     newKeyer(prefix, opts.KeyHMAC),
 		timeout:  cmp.Or(opts.Timeout, DefaultTimeout),
@@ -256,6 +271,10 @@ func New(opts Options) (*Store, error) {
 		s.log = slog.New(slog.DiscardHandler)
 	}
 	s.breaker.onChange = s.breakerChanged
+	s.batchers.one.s = s
+	if !coalesce.Off && opts.Client.Cluster() {
+		s.batchers.slots = make([]atomic.Pointer[batcher], clusterSlots)
+	}
 	if opts.DenyCache > 0 {
 		s.deny = newDenyCache(opts.DenyCache)
 	}
@@ -366,7 +385,7 @@ func (s *Store) Stats() Stats {
 		FailOpen: s.failOpen.Load(), FailClosed: s.failClosed.Load(), FailLocal: s.failLocal.Load(),
 		BreakerOpen: s.breaker.isOpen(), BreakerOpens: s.breaker.opens.Load(), Unreachable: s.down.Load(),
 		DenyCacheHits: s.denyHits.Load(), Compensations: s.compensations.Load(), ClockBackwards: s.clockBackwards.Load(),
-		ChargesDropped: s.chargesDropped.Load(),
+		ChargesDropped: s.chargesDropped.Load(), Batches: s.batches.Load(), Batched: s.batched.Load(),
 	}
 }
 
@@ -398,7 +417,7 @@ func (s *Store) Allow(ctx context.Context, key string, limit sluice.Limit, cost 
 		}
 	}
 	var res [1]result
-	if err := s.run(ctx, opDecide, sluice.AllOrNothing, []request{r}, res[:]); err != nil {
+	if err := s.decideCall(ctx, sluice.AllOrNothing, []request{r}, res[:]); err != nil {
 		if !isOutage(err) {
 			return sluice.Decision{}, err
 		}

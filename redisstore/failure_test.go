@@ -78,9 +78,12 @@ func TestOutage(t *testing.T) {
 	srv := redistest.StartServer(t)
 	proxy := redistest.StartProxy(t, srv.Addr())
 	const timeout = 50 * time.Millisecond
+	// One call in flight: while Redis does not answer, the decisions that
+	// come meanwhile queue, and go in batches (coalescing, the default).
 	s := newStore(t, redisstore.Options{
 		Client: redisstore.NewRueidis(newRueidis(t, proxy.Addr())), Timeout: timeout,
 		Policy: sluice.FailClosed, BreakerCooldown: 200 * time.Millisecond,
+		Coalesce: redisstore.CoalesceOptions{InFlight: 1},
 	})
 	// Redis answers allowed (the quotas are never reached); the policy
 	// answers rejected: every decision says who made it. One call in ten
@@ -218,6 +221,9 @@ func TestOutage(t *testing.T) {
 		} else if strict {
 			t.Fatalf("after SCRIPT FLUSH a decision at +%v was not Redis's", x.at.Sub(flushed))
 		}
+	}
+	if st := s.Stats(); st.Batched == 0 {
+		t.Errorf("no decision was coalesced (%d calls): the outage did not test batches", st.Calls)
 	}
 	if len(afterFlush) == 0 || redisAfterFlush*100 < len(afterFlush)*b.afterFlush || s.Stats().NoScript == 0 {
 		t.Errorf("after SCRIPT FLUSH: %d of %d decisions Redis's, want %d %%; %d NOSCRIPT answered by EVAL, want some",

@@ -20,6 +20,10 @@ type Store = redisscript.Store
 // Options configures a Store; see redisscript.Options.
 type Options = redisscript.Options
 
+// CoalesceOptions configure how concurrent decisions share script calls;
+// see redisscript.CoalesceOptions.
+type CoalesceOptions = redisscript.CoalesceOptions
+
 // Stats are a Store's counters; see redisscript.Stats.
 type Stats = redisscript.Stats
 

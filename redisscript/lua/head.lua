@@ -5,14 +5,16 @@
 --
 -- KEYS: one state key per limit of the call.
 -- ARGV: protocol, now (µs; "" for Redis TIME), op (one of OP_* below), mode
--- ("0" all or nothing, "1" rejections count), then 13
+-- ("0" all or nothing, "1" rejections count) — for OP_BATCH the number of
+-- calls m, then m pairs (the call's number of keys, its mode) — then 13
 -- parameters per key: algorithm, capU, r, w, cap, quota, window, delayU,
 -- fills, cost, ticket, the instant of the spend to undo, and a stamp: the
 -- random mark a decision writes into a bucket's state (0: none; a call
 -- that may be undone has one), which its undo must find there.
 -- Reply: protocol, now, then per key: flags (ALLOWED, CLAMPED, UNSPENT
 -- below, added), remaining (atoms), wait (µs; NEVER), reset (µs), the
--- instant decided.
+-- instant decided. A batch (OP_BATCH) decides its calls one after the other,
+-- each as OP_DECIDE would, at one instant; its reply is theirs in order.
 local PROTOCOL = "3"
 -- The ops (ARGV[3]), as Go names them (call.go).
 local OP_DECIDE = "d" -- decide the limits, spending what fits unless the call is rejected
@@ -20,6 +22,7 @@ local OP_CHARGE = "c" -- spend one key's cost whatever its state holds, into a d
 local OP_UNDO = "u"   -- give back a spend or a concurrency ticket, then report
 local OP_PEEK = "p"   -- report the states as they are
 local OP_RESET = "x"  -- forget the states, then report them (full)
+local OP_BATCH = "b"  -- decide several calls, in order (coalesced decisions)
 local op = ARGV[3]
 -- The reply's flags, as Go names them (reply.go).
 local ALLOWED = 1
@@ -28,7 +31,16 @@ local UNSPENT = 4 -- the state as it is: nothing spent
 if ARGV[1] ~= PROTOCOL then
   return redis.error_reply("sluice: script protocol " .. PROTOCOL .. ", client protocol " .. tostring(ARGV[1]))
 end
-if #ARGV ~= 4 + 13 * #KEYS then
+-- PBASE: the ARGV index before the first key's parameters.
+local PBASE = 4
+if op == OP_BATCH then
+  local m = tonumber(ARGV[4])
+  if m == nil or m < 1 or m ~= math.floor(m) or 4 + 2 * m > #ARGV then
+    return redis.error_reply("sluice: batch of " .. tostring(ARGV[4]) .. " calls")
+  end
+  PBASE = 4 + 2 * m
+end
+if #ARGV ~= PBASE + 13 * #KEYS then
   return redis.error_reply("sluice: " .. #ARGV .. " arguments for " .. #KEYS .. " keys")
 end
 local now = tonumber(ARGV[2])

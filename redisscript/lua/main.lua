@@ -31,7 +31,7 @@ end
 
 -- The 13 parameters of key i (see the header).
 local function param(i)
-  local b = 4 + (i - 1) * 13
+  local b = PBASE + (i - 1) * 13
   return tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4]),
     tonumber(ARGV[b + 5]), tonumber(ARGV[b + 6]), tonumber(ARGV[b + 7]), tonumber(ARGV[b + 8]),
     tonumber(ARGV[b + 9]), tonumber(ARGV[b + 10]), ARGV[b + 11], tonumber(ARGV[b + 12]), tonumber(ARGV[b + 13])
@@ -73,16 +73,16 @@ local function put(flags, remaining, wait, reset, at)
   reply[k + 1], reply[k + 2], reply[k + 3], reply[k + 4], reply[k + 5] = flags, remaining, wait, reset, at
 end
 
-local n = #KEYS
-if op == OP_DECIDE then
+-- decideCall decides the call on keys first to last (all or nothing, or
+-- rejections count with rc) and puts its parts in the reply.
+local function decideCall(first, last, rc)
   local states, outs, all = {}, {}, true
-  for i = 1, n do
+  for i = first, last do
     states[i] = load(KEYS[i])
     local o = {decide(i, states[i], false)}
     outs[i], all = o, all and o[1]
   end
-  local rc = ARGV[4] == "1"
-  for i = 1, n do
+  for i = first, last do
     local o = outs[i]
     local clamped = 0
     if o[2] then clamped = CLAMPED end
@@ -97,6 +97,43 @@ if op == OP_DECIDE then
     else
       put(clamped, o[3], o[4], o[5], o[7])
     end
+  end
+end
+
+local n = #KEYS
+if op == OP_DECIDE then
+  decideCall(1, n, ARGV[4] == "1")
+elseif op == OP_BATCH then
+  -- Check every call's size before deciding any: nothing is written for
+  -- a batch that is refused.
+  local m, sum = tonumber(ARGV[4]), 0
+  for j = 1, m do
+    local k = tonumber(ARGV[3 + 2 * j])
+    if k == nil or k < 1 or k ~= math.floor(k) then
+      return redis.error_reply("sluice: batch call " .. j .. " of " .. tostring(ARGV[3 + 2 * j]) .. " keys")
+    end
+    sum = sum + k
+  end
+  if sum ~= n then
+    return redis.error_reply("sluice: batch calls of " .. sum .. " keys in all, " .. n .. " keys given")
+  end
+  local first = 1
+  for j = 1, m do
+    local k = tonumber(ARGV[3 + 2 * j])
+    if k == 1 then
+      -- One limit (the usual call): as the flat path above, no table.
+      local allowed, clamped, remaining, wait, reset, next, at, expire = decide(first, load(KEYS[first]), false)
+      local flags = 0
+      if clamped then flags = CLAMPED end
+      if allowed then
+        flags = flags + ALLOWED
+        store(KEYS[first], next, expire)
+      end
+      put(flags, remaining, wait, reset, at)
+    else
+      decideCall(first, first + k - 1, ARGV[4 + 2 * j] == "1")
+    end
+    first = first + k
   end
 elseif op == OP_UNDO then
   -- Undo a spend (the compensation of a call across hash slots) or

@@ -4,6 +4,8 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -234,5 +236,88 @@ func TestSentinel(t *testing.T) {
 			t.Fatalf("no decision on Redis 10 s after the failover: %+v, %v", d, err)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// cutting is a Client that cuts the reply to the first batch of coalesced
+// decisions (ARGV[3] "b") it forwards, at the proxy, and counts the batches.
+type cutting struct {
+	redisscript.Client
+	proxy   *redistest.Proxy
+	batches atomic.Int32
+	hold    chan struct{} // the first call waits for it: the others queue
+	held    atomic.Bool
+}
+
+func (c *cutting) EvalSHA(ctx context.Context, sha string, keys, args []string) ([]int64, error) {
+	if args[2] == "b" && c.batches.Add(1) == 1 {
+		c.proxy.CutNextReply()
+	} else if c.held.CompareAndSwap(false, true) {
+		<-c.hold
+	}
+	return c.Client.EvalSHA(ctx, sha, keys, args)
+}
+
+// A batch whose reply is lost ran once in Redis and is never sent again
+// (go-redis retries a call whose connection failed; the adapter's script
+// calls are not): each of its decisions is decided by its policy.
+func TestLostBatchIsNotReplayed(t *testing.T) {
+	srv := redistest.StartServer(t)
+	proxy := redistest.StartProxy(t, srv.Addr())
+	c := &cutting{Client: goredis.New(newClient(t, &redis.Options{Addr: proxy.Addr()})), proxy: proxy, hold: make(chan struct{})}
+	s := newStore(t, redisscript.Options{Client: c, Timeout: time.Second, Policy: sluice.FailClosed,
+		Coalesce: redisscript.CoalesceOptions{InFlight: 1}})
+	limit := sluice.Limit{Name: "lost", Quota: 100, Window: time.Hour}
+	c.held.Store(true)                                        // not the warming call
+	if _, err := s.Allow(ctx, "warm", limit, 1); err != nil { // loads the script, connects
+		t.Fatal(err)
+	}
+	c.held.Store(false)
+	if _, err := srv.CLI("CONFIG", "RESETSTAT"); err != nil {
+		t.Fatal(err)
+	}
+	const n = 6
+	decisions := make([]sluice.Decision, n)
+	var wg sync.WaitGroup
+	wg.Go(func() { decisions[0], _ = s.Allow(ctx, "k", limit, 1) }) // in flight, held
+	for !c.held.Load() {
+		time.Sleep(time.Millisecond)
+	}
+	for i := 1; i < n; i++ {
+		wg.Go(func() {
+			var err error
+			if decisions[i], err = s.Allow(ctx, "k", limit, 1); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	time.Sleep(50 * time.Millisecond) // all queued behind the first
+	close(c.hold)
+	wg.Wait()
+	out, err := srv.CLI("INFO", "commandstats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	evalshas := 0
+	for line := range strings.Lines(out) {
+		if rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:calls="); ok {
+			evalshas, _ = strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+		}
+	}
+	st := s.Stats()
+	if c.batches.Load() != 1 || st.Batched != n-1 || evalshas != 2 {
+		t.Fatalf("%d batches (%d decisions), Redis ran %d EVALSHA; want 1 batch of %d and 2 calls (the first, the batch once)", c.batches.Load(), st.Batched, evalshas, n-1)
+	}
+	if !decisions[0].Allowed {
+		t.Errorf("the first decision: %+v, want Redis's allow", decisions[0])
+	}
+	for i, d := range decisions[1:] {
+		if d.Allowed || st.FailClosed != n-1 {
+			t.Errorf("decision %d of the lost batch: %+v (%d decided closed); want the policy's rejection", i+1, d, st.FailClosed)
+		}
+	}
+	// Redis spent the batch once: 1 + 5 of 100.
+	if d, err := s.Allow(ctx, "k", limit, 1); err != nil || d.Remaining < 93 || d.Remaining >= 93.5 {
+		t.Errorf("after: %+v, %v; want 93 left (the batch spent once)", d, err)
 	}
 }
