@@ -14,6 +14,9 @@ import (
 // beyond MaxKeys.
 func (s *Store) decide(ll *leasedLimit, e *entry, key string, limit sluice.Limit, cost float64) (sluice.Decision, error) {
 	for retried := false; ; retried = true {
+		if e == nil && s.isClosed() {
+			return sluice.Decision{}, ErrClosed
+		}
 		if e == nil {
 			// Beyond MaxKeys: no Holder, refused whatever the failure
 			// policy — under fail_open, a client that keeps MaxKeys keys
