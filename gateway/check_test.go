@@ -110,6 +110,12 @@ func TestCheckAccepts(t *testing.T) {
 	if checkErr, startErr := checkAndStart(t, yaml, "http://127.0.0.1:1"); checkErr != nil || startErr != nil {
 		t.Fatalf("check: %v, start: %v; want both nil", checkErr, startErr)
 	}
+	// A limit on leases: Check builds the leased store without Redis (New
+	// connects in the background), and both release it.
+	leased := "store:\n  kind: redis\n  redis: {addrs: [127.0.0.1:6379]}\n  leases:\n    limits: [{name: a, partitions: 1}]\n" + yaml
+	if checkErr, startErr := checkAndStart(t, leased, "http://127.0.0.1:1"); checkErr != nil || startErr != nil {
+		t.Fatalf("store.leases: check: %v, start: %v; want both nil", checkErr, startErr)
+	}
 	if checkErr, startErr := checkAndStart(t, "upstream: http://127.0.0.1:1\n"+yaml, ""); checkErr != nil || startErr != nil {
 		t.Fatalf("the file's upstream: check %v, start %v; want both nil", checkErr, startErr)
 	}

@@ -6,7 +6,9 @@
 // request, bounded (timeouts, body size, connections), limited, then
 // proxied; one refused is answered with its status (429, or 400, 413, 503
 // …) and a JSON reason. The store is in memory by default, Redis for a
-// fleet. An admin listener, on loopback by default, serves /healthz,
+// fleet, with the few hottest limits decided in process on partitions
+// held under leases in that Redis (store.leases: package leasestore). An
+// admin listener, on loopback by default, serves /healthz,
 // /readyz, /metrics and, behind a bearer token, the heaviest tenants.
 //
 // Check runs every check New runs, without binding a listener or
@@ -41,9 +43,11 @@ import (
 	"github.com/sluicehq/sluice/internal/secret"
 	"github.com/sluicehq/sluice/internal/tlsconfig"
 	"github.com/sluicehq/sluice/lease"
+	"github.com/sluicehq/sluice/leasestore"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/ratelimitheader"
+	"github.com/sluicehq/sluice/redislease"
 	"github.com/sluicehq/sluice/redisstore"
 )
 
@@ -76,6 +80,8 @@ type Gateway struct {
 	// a limit's on_failure is fail_closed. For /readyz.
 	redis       *redisstore.Store
 	failsClosed bool
+	// leased names the limits decided on leases (store.leases).
+	leased []string
 	// tls and adminTLS hold the listeners' certificates; nil: clear text.
 	tls, adminTLS *tlsconfig.Reloader
 	// cfg and upstream are the settings, for /admin/config.
@@ -441,7 +447,48 @@ func (g *Gateway) openStore(cfg *config.File, connect connector) (sluice.Limiter
 	}
 	g.closers = append(g.closers, s.Close)
 	g.redis = s
-	return s, g.metrics.RegisterRedis(func() metrics.RedisStats { return metrics.RedisStats(s.Stats()) })
+	if err := g.metrics.RegisterRedis(func() metrics.RedisStats { return metrics.RedisStats(s.Stats()) }); err != nil {
+		return nil, err
+	}
+	if cfg.Store.Leases == nil {
+		return s, nil
+	}
+	return g.openLeases(cfg, conn, s, []byte(keyHMAC), policies)
+}
+
+// openLeases puts the limits of store.leases on a leasestore in front of
+// the Redis store next, with its leases in Redis through conn and its
+// groups' names keyed by keyHMAC, and runs it until Close (which ends its
+// Holders, giving their partitions back, before the store and the
+// connection close). A leased limit without its own on_failure has the
+// limit's, from policies.
+func (g *Gateway) openLeases(cfg *config.File, conn redisstore.Client, next sluice.Limiter, keyHMAC []byte, policies map[string]sluice.FailurePolicy) (sluice.Limiter, error) {
+	l := cfg.Store.Leases
+	coord, err := redislease.New(redislease.Options{Client: conn, Prefix: l.Prefix})
+	if err != nil {
+		return nil, cfg.ErrorAt("store.leases.prefix", err)
+	}
+	limits := l.Leased(func(name string) sluice.FailurePolicy { return policies[name] })
+	ls, err := leasestore.New(leasestore.Options{Coordinator: coord, Next: next, Limits: limits, Member: l.Member, Secret: keyHMAC, MaxKeys: l.MaxKeys, Logger: g.log})
+	if err != nil {
+		return nil, cfg.ErrorAt("store.leases", err)
+	}
+	for _, x := range limits {
+		g.failsClosed = g.failsClosed || x.Policy == sluice.FailClosed // cut off from Redis, holding nothing: refused
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- ls.Run(ctx) }()
+	g.closers = append(g.closers, func() error { cancel(); return <-done })
+	g.leased = l.Names()
+	g.log.Info("limits on leases", "limits", g.leased, "member", ls.Member())
+	return ls, g.metrics.RegisterLeases(func() []metrics.LeaseStats {
+		var out []metrics.LeaseStats
+		for _, st := range ls.Stats() {
+			out = append(out, metrics.LeaseStats(st))
+		}
+		return out
+	})
 }
 
 // readyz answers 200 when the gateway may take traffic, 503 when it has a
@@ -568,6 +615,8 @@ type storeDesc struct {
 	Kind    string                   `json:"kind"`
 	Redis   *redisconfig.Description `json:"redis,omitempty"`
 	KeyHMAC string                   `json:"key_hmac,omitempty"`
+	// Leased names the limits decided on leases.
+	Leased []string `json:"leased,omitempty"`
 }
 
 // describe describes the gateway's settings (see description).
@@ -596,7 +645,7 @@ func (g *Gateway) describe() description {
 	d.Admin.Token = cfg.Admin.Token().String()
 	if cfg.Store.Kind == "redis" {
 		rd := cfg.Store.Redis.Connection.Describe(time.Now())
-		d.Store.Redis, d.Store.KeyHMAC = &rd, cfg.Store.Redis.KeyHMAC().String()
+		d.Store.Redis, d.Store.KeyHMAC, d.Store.Leased = &rd, cfg.Store.Redis.KeyHMAC().String(), g.leased
 	}
 	return d
 }

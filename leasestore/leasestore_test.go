@@ -550,3 +550,42 @@ func TestChurnAndClose(t *testing.T) {
 	}
 	s.Close() // again: nothing
 }
+
+// MaxCost is one partition's burst: a cost of it fits once the partitions
+// are full, a cost above it never fits; a limit the leases cannot hold is
+// Check's error.
+func TestMaxCost(t *testing.T) {
+	for _, c := range []struct {
+		leased leasestore.Leased
+		want   float64
+	}{
+		{leasestore.Leased{Name: "hot", Partitions: 2}, 4},                   // 8 / 2
+		{leasestore.Leased{Name: "hot", Partitions: 2, OutageShare: 0.5}, 2}, // 8 × 0.5 / 2
+		{leasestore.Leased{Name: "hot", Partitions: 8}, 1},
+	} {
+		got, err := c.leased.MaxCost(hot)
+		if err != nil || got != c.want {
+			t.Errorf("%+v: MaxCost = %v, %v; want %v", c.leased, got, err, c.want)
+		}
+	}
+	window := hot
+	window.Algorithm = sluice.FixedWindow
+	if _, err := (leasestore.Leased{Name: "hot"}).MaxCost(window); !errors.Is(err, sluice.ErrInvalidLimit) {
+		t.Errorf("a fixed window: %v; want ErrInvalidLimit", err)
+	}
+	synctest.Test(t, func(t *testing.T) {
+		start = time.Now()
+		leased := leasestore.Leased{Name: "hot", Partitions: 2, TTL: 900 * ms}
+		most, err := leased.MaxCost(hot)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := newStore(t, memlease.New(nil), leasestore.Options{Limits: []leasestore.Leased{leased}})
+		acquire(t, s, "k", hot)
+		time.Sleep(3 * time.Second) // out of quarantine, both partitions full
+		if d, err := s.Allow(context.Background(), "k", hot, most+0.5); !errors.Is(err, sluice.ErrCostExceedsLimit) || !d.Never() {
+			t.Fatalf("cost %v, above MaxCost: %+v, %v; want Never", most+0.5, d, err)
+		}
+		check(t, s, "k", hot, most, want{allowed: true})
+	})
+}

@@ -382,6 +382,20 @@ func (l Leased) Check(limit sluice.Limit) error {
 	return nil
 }
 
+// MaxCost is the largest cost a request under limit can be granted on
+// leases as l says: one partition's burst, B×(1−OutageShare)/Partitions.
+// A larger cost never fits (RetryAfter sluice.Never and an error wrapping
+// sluice.ErrCostExceedsLimit), so a configuration loader refuses a fixed
+// cost above it at load. The error is Check's.
+func (l Leased) MaxCost(limit sluice.Limit) (float64, error) {
+	if err := l.Check(limit); err != nil {
+		return 0, err
+	}
+	ll, _ := checkLeased(l) // checked by Check
+	held, _ := ll.part(limit)
+	return held.Capacity() / float64(ll.Partitions), nil
+}
+
 // Validate reports what is wrong with l alone (its name, partitions,
 // TTL, policy, outage share and idle time), as New would refuse it.
 func (l Leased) Validate() error {

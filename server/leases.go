@@ -6,14 +6,14 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"strconv"
 	"strings"
-	"time"
 
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/configfile"
-	"github.com/sluicehq/sluice/lease"
+	"github.com/sluicehq/sluice/internal/leaseconfig"
 	"github.com/sluicehq/sluice/leasestore"
 )
 
@@ -44,23 +44,9 @@ type Leases struct {
 	policies map[string]bool // the limits whose on_failure the file gives
 }
 
-// leasesFile is the YAML of a leases file.
-type leasesFile struct {
-	Member  string `yaml:"member"`
-	MaxKeys int    `yaml:"max_keys"`
-	Prefix  string `yaml:"prefix"`
-	Limits  []struct {
-		Name        string  `yaml:"name"`
-		Partitions  int     `yaml:"partitions"`
-		TTL         string  `yaml:"ttl"`
-		OnFailure   string  `yaml:"on_failure"`
-		OutageShare float64 `yaml:"outage_share"`
-		Idle        string  `yaml:"idle"`
-	} `yaml:"limits"`
-}
-
 // LoadLeases reads a leases file (sluice serve --leases): strict YAML,
-// unknown fields refused, e.g.
+// unknown fields refused, the fields (and checks) of the gateway's
+// store.leases, e.g.
 //
 //	limits:
 //	  - name: edge.generic_key_global   # the limit: its rule's full key
@@ -94,66 +80,32 @@ func ParseLeases(name string, b []byte) (*Leases, error) {
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
-	var f leasesFile
+	var f leaseconfig.Leases
 	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
-		return nil, bad(configfile.YAMLLine(err), "%s", yamlReason(err))
-	}
-	lines := limitLines(&root)
-	l := &Leases{Member: f.Member, MaxKeys: f.MaxKeys, Prefix: f.Prefix, file: name, policies: map[string]bool{}}
-	if len(f.Limits) == 0 {
-		return nil, bad(0, "no limits: list the limits to decide on leases under limits:, each with its name")
-	}
-	if f.Member != "" {
-		if err := lease.ValidateMember(f.Member); err != nil {
-			return nil, bad(0, "member: %v", err)
+		if line := configfile.YAMLLine(err); line > 0 {
+			return nil, bad(line, "%s", yamlReason(err))
 		}
-	}
-	if f.MaxKeys < 0 {
-		return nil, bad(0, "max_keys %d: must be positive (0 or absent: %d)", f.MaxKeys, leasestore.DefaultMaxKeys)
-	}
-	if len(f.Prefix) > 64 || strings.ContainsAny(f.Prefix, "{}") {
-		return nil, bad(0, "prefix %q: at most 64 bytes, without { or }", f.Prefix)
-	}
-	for i, x := range f.Limits {
-		line := 0
-		if i < len(lines) {
-			line = lines[i]
+		// A value its field's type refused (a duration, a policy): yaml
+		// says why but not where.
+		if path, line := refusedValue(&root); path != nil {
+			return nil, bad(line, "%s: %s", (&configfile.FieldError{Path: path}).Field(), yamlReason(err))
 		}
-		ls := leasestore.Leased{Name: x.Name, Partitions: x.Partitions, OutageShare: x.OutageShare}
-		if x.Name == "" {
-			return nil, bad(line, "limits[%d]: name is required: the limit's name, its rule's full key (such as edge.generic_key_global)", i)
+		return nil, bad(0, "%s", yamlReason(err))
+	}
+	if err := f.Validate(); err != nil {
+		var fe *configfile.FieldError
+		if errors.As(err, &fe) {
+			return nil, bad(fieldLine(&root, fe.Path), "%v", fe)
 		}
-		for _, d := range []struct {
-			field, v string
-			to       *time.Duration
-		}{{"ttl", x.TTL, &ls.TTL}, {"idle", x.Idle, &ls.Idle}} {
-			if d.v == "" {
-				continue
-			}
-			v, err := time.ParseDuration(d.v)
-			if err != nil || v <= 0 {
-				return nil, bad(line, "limits[%d] (%s): %s %q: want a positive Go duration such as 2s", i, x.Name, d.field, d.v)
-			}
-			*d.to = v
-		}
-		if x.OnFailure != "" {
-			p, err := sluice.ParseFailurePolicy(x.OnFailure)
-			if err != nil {
-				return nil, bad(line, "limits[%d] (%s): on_failure %q: want fail_open, fail_closed or fail_local", i, x.Name, x.OnFailure)
-			}
-			ls.Policy = p
+		return nil, bad(0, "%v", err)
+	}
+	// Each policy the file gives; the others come with the configuration.
+	l := &Leases{Member: f.Member, MaxKeys: f.MaxKeys, Prefix: f.Prefix, file: name, policies: map[string]bool{},
+		Limits: f.Leased(func(string) sluice.FailurePolicy { return sluice.FailOpen })}
+	for _, x := range f.Limits {
+		if x.OnFailure != nil {
 			l.policies[x.Name] = true
 		}
-		for _, other := range l.Limits {
-			if other.Name == x.Name {
-				return nil, bad(line, "limits[%d]: %s is leased twice", i, x.Name)
-			}
-		}
-		// The limit to check it against comes with the configuration.
-		if err := ls.Validate(); err != nil {
-			return nil, bad(line, "limits[%d] (%s): %v", i, x.Name, err)
-		}
-		l.Limits = append(l.Limits, ls)
 	}
 	return l, nil
 }
@@ -166,22 +118,63 @@ func yamlReason(err error) string {
 	return regexp.MustCompile(`^line \d+: `).ReplaceAllString(msg, "")
 }
 
-// limitLines returns the line of each item of the top-level limits list.
-func limitLines(root *yaml.Node) []int {
-	if root.Kind != yaml.DocumentNode || len(root.Content) == 0 || root.Content[0].Kind != yaml.MappingNode {
-		return nil
+// refusedValue finds the field of a leased limit whose value its type
+// refuses (the error yaml gives has no line): its path and line.
+func refusedValue(root *yaml.Node) ([]string, int) {
+	limits := fieldNode(root, []string{"limits"})
+	if limits == nil || limits.Kind != yaml.SequenceNode {
+		return nil, 0
 	}
-	m := root.Content[0]
-	for i := 0; i+1 < len(m.Content); i += 2 {
-		if m.Content[i].Value == "limits" && m.Content[i+1].Kind == yaml.SequenceNode {
-			var out []int
-			for _, it := range m.Content[i+1].Content {
-				out = append(out, it.Line)
+	for i, item := range limits.Content {
+		for j := 0; item.Kind == yaml.MappingNode && j+1 < len(item.Content); j += 2 {
+			one := &yaml.Node{Kind: yaml.MappingNode, Content: item.Content[j : j+2]}
+			if err := one.Decode(new(leaseconfig.Limit)); err != nil {
+				return []string{"limits", strconv.Itoa(i), item.Content[j].Value}, item.Content[j+1].Line
 			}
-			return out
 		}
 	}
-	return nil
+	return nil, 0
+}
+
+// fieldLine is the line of the field at path (["limits", "1", "ttl"]), or
+// of the deepest part of it the file has (a field left to its default is
+// reported where its limit is); 0 when the file has none of it.
+func fieldLine(root *yaml.Node, path []string) int {
+	for n := len(path); n > 0; n-- {
+		if f := fieldNode(root, path[:n]); f != nil {
+			return f.Line
+		}
+	}
+	return 0
+}
+
+// fieldNode is the node at path: mapping keys, and list indexes in
+// decimal; nil when the document has none.
+func fieldNode(root *yaml.Node, path []string) *yaml.Node {
+	if root.Kind != yaml.DocumentNode || len(root.Content) == 0 {
+		return nil
+	}
+	n := root.Content[0]
+	for _, p := range path {
+		var next *yaml.Node
+		switch n.Kind {
+		case yaml.MappingNode:
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				if n.Content[i].Value == p {
+					next = n.Content[i+1]
+				}
+			}
+		case yaml.SequenceNode:
+			if i, err := strconv.Atoi(p); err == nil && i >= 0 && i < len(n.Content) {
+				next = n.Content[i]
+			}
+		}
+		if next == nil {
+			return nil
+		}
+		n = next
+	}
+	return n
 }
 
 // Names returns the leased limits' names.

@@ -244,17 +244,22 @@ limits:
 		line int
 		says string
 	}{
-		{"limits: []\n", 0, "no limits"},
+		{"limits: []\n", 1, "limits: none: list the limits"},
+		{"max_keys: 3\n", 0, "limits: none: list the limits"},
 		{"limits:\n  - name: a\n    partition: 3\n", 3, "field partition not found"},
-		{"limits:\n  - partitions: 3\n", 2, "name is required"},
-		{"limits:\n  - name: a\n  - name: b\n    ttl: soon\n", 3, `ttl "soon"`},
+		{"limits:\n  - partitions: 3\n", 2, "limits[0].name: required"},
+		{"limits:\n  - name: a\n  - name: b\n    ttl: soon\n", 4, `limits[1].ttl: "soon": not a duration`},
 		{"limits:\n  - name: a\n    ttl: 10ms\n", 2, "ttl 10ms"},
-		{"limits:\n  - name: a\n    on_failure: fail_maybe\n", 2, "on_failure"},
-		{"limits:\n  - name: a\n    outage_share: 1\n", 2, "outage share"},
-		{"limits:\n  - name: a\n  - name: a\n", 3, "leased twice"},
+		{"limits:\n  - name: a\n    ttl: -1s\n", 3, "limits[0].ttl: -1s: must be positive"},
+		{"limits:\n  - name: a\n    partitions: -2\n", 3, "limits[0].partitions: -2: must be positive"},
+		{"limits:\n  - name: a\n    partitions: 100000\n", 2, "partitions 100000"},
+		{"limits:\n  - name: a\n    on_failure: fail_maybe\n", 3, `limits[0].on_failure: unknown failure policy "fail_maybe"`},
+		{"limits:\n  - name: a\n    outage_share: 1\n", 3, "limits[0].outage_share: 1: want 0 to less than 1"},
+		{"limits:\n  - name: a\n  - name: a\n", 3, `limits[1].name: "a" is leased twice (first as limits[0])`},
 		{"limits:\n  - name: bad name\n", 2, "name"},
-		{"member: \"bad member\"\nlimits:\n  - name: a\n", 0, "member"},
-		{"prefix: \"{x}\"\nlimits:\n  - name: a\n", 0, "prefix"},
+		{"member: \"bad member\"\nlimits:\n  - name: a\n", 1, "member: "},
+		{"max_keys: -1\nlimits:\n  - name: a\n", 1, "max_keys: -1: must be positive"},
+		{"prefix: \"{x}\"\nlimits:\n  - name: a\n", 1, "prefix: "},
 		{"limits: [\n", 1, "did not find expected node content"},
 	} {
 		_, err := server.ParseLeases("l.yaml", []byte(c.file))

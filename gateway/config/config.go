@@ -58,6 +58,17 @@
 //	    timeout: 50ms               # each command; past it the limit's on_failure decides
 //	    instances: 1                # processes sharing the limits (fail_local divides by it)
 //	    deny_cache: 0
+//	  leases:                       # absent: every limit a script call in Redis; kind redis only (docs/leasestore.md)
+//	    limits:                     # the hot limits decided in process, on partitions held under leases in that Redis
+//	      - name: global            # a token_bucket or gcra limit of limits:
+//	        partitions: 8           # P: each a bucket of quota/P and burst/P
+//	        ttl: 2s                 # a lease's length; renewed every ttl/3
+//	        on_failure: ""          # Redis out of reach, nothing held: default the limit's on_failure
+//	        outage_share: 0         # kept out of the leases for fail_local
+//	        idle: 1m                # a key's partitions given back after this long unused (30 × ttl)
+//	    member: ""                  # this instance among the fleet's; default random
+//	    max_keys: 1024              # keys held on leases at once
+//	    prefix: "sluice:lease:"     # the leases' Redis keys
 //	headers:
 //	  version: draft-11             # or draft-06
 //	  legacy: false                 # X-RateLimit-* too
@@ -114,6 +125,7 @@ import (
 	"github.com/sluicehq/sluice/clientip"
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/internal/configfile"
+	"github.com/sluicehq/sluice/internal/leaseconfig"
 	"github.com/sluicehq/sluice/internal/redisconfig"
 	"github.com/sluicehq/sluice/internal/secret"
 	"github.com/sluicehq/sluice/internal/tlsconfig"
@@ -255,6 +267,11 @@ type Store struct {
 	Kind   string `yaml:"kind"`
 	Memory Memory `yaml:"memory"`
 	Redis  Redis  `yaml:"redis"`
+	// Leases, with kind redis, are the limits decided in process on
+	// partitions held under leases in that Redis (package leasestore, as
+	// sluice serve --leases): the few hot ones where a script call per
+	// decision is the bottleneck. Nil: none.
+	Leases *leaseconfig.Leases `yaml:"leases"`
 }
 
 // Memory configures the in-process store.
@@ -653,18 +670,74 @@ func (f *File) validate() error {
 			return f.errAt(at(), "%v", err)
 		}
 	}
+	return f.validateLeases(limits)
+}
+
+// validateLeases checks store.leases: with the Redis store, each limit
+// named once and defined under limits, one the leases can hold; no rule
+// charges a leased limit after the response or spends more on it than one
+// partition holds.
+func (f *File) validateLeases(limits map[string]sluice.Limit) error {
+	l := f.Store.Leases
+	if l == nil {
+		if _, found := f.node([]any{"store", "leases"}); found { // leases: with nothing under it
+			return f.errAt([]any{"store", "leases"}, "store leases: present but empty — list the limits to decide on leases under limits:, or leave leases out")
+		}
+		return nil
+	}
+	if f.Store.Kind != "redis" {
+		return f.errAt([]any{"store", "leases"}, "leases need store kind redis: the leases are held in that Redis (this store is %s)", f.Store.Kind)
+	}
+	if err := l.Validate(); err != nil {
+		return f.sectionError("store.leases", "leases", err)
+	}
+	maxCost := map[string]float64{}
+	for i, x := range l.Leased(func(string) sluice.FailurePolicy { return sluice.FailOpen }) {
+		limit, ok := limits[x.Name]
+		if !ok {
+			return f.errAt([]any{"store", "leases", "limits", i, "name"}, "leases: limit %q is not defined under limits", x.Name)
+		}
+		c, err := x.MaxCost(limit)
+		if err != nil {
+			return f.errAt([]any{"store", "leases", "limits", i}, "leases: limit %q: %v", x.Name, err)
+		}
+		maxCost[x.Name] = c
+	}
+	for i, r := range f.Rules {
+		for j, q := range r.Quotas {
+			most, leased := maxCost[q.Limit]
+			cost := q.Cost
+			if cost == 0 {
+				cost = 1
+			}
+			qat := []any{"rules", i, "quotas", j}
+			switch {
+			case !leased:
+			case q.ChargeHeader != "":
+				return f.errAt(append(qat, "charge_header"), "rule %q: limit %q is decided on leases (store.leases), which cannot charge after the response", r.Name, q.Limit)
+			case cost > most:
+				return f.errAt(append(qat, "cost"), "rule %q: cost %v on limit %q, decided on leases: above one partition's burst %v (burst × (1 − outage_share) ÷ partitions), so it would never fit", r.Name, cost, q.Limit, most)
+			}
+		}
+	}
 	return nil
 }
 
 // RedisError is an error of the Redis connection's settings
 // (redisconfig), at the line of its field under store.redis; other errors
 // at store.redis's line.
-func (f *File) RedisError(err error) error {
-	var fe *redisconfig.FieldError
+func (f *File) RedisError(err error) error { return f.sectionError("store.redis", "redis", err) }
+
+// sectionError is err, an error of a section several files share (a
+// *configfile.FieldError: redisconfig's, leaseconfig's), at the line of
+// its field under the section at ("store.redis"), its reason led by what
+// ("redis"); other errors at the section's line.
+func (f *File) sectionError(at, what string, err error) error {
+	var fe *configfile.FieldError
 	if errors.As(err, &fe) {
-		return f.ErrorAt("store.redis."+strings.Join(fe.Path, "."), fmt.Errorf("redis %w", fe))
+		return f.ErrorAt(at+"."+strings.Join(fe.Path, "."), fmt.Errorf("%s %w", what, fe))
 	}
-	return f.ErrorAt("store.redis", err)
+	return f.ErrorAt(at, err)
 }
 
 // HTTPRules are the rules as httplimit rules, for a validated File. A

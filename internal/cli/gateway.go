@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice/gateway"
 	"github.com/sluicehq/sluice/gateway/config"
 	"github.com/sluicehq/sluice/internal/tlsconfig"
+	"github.com/sluicehq/sluice/redislease"
 )
 
 // This file is the only one of the package that knows the gateway's
@@ -117,6 +119,9 @@ func checkGateway(path string) (string, error) {
 	}
 	if cfg.Store.Kind == "redis" {
 		lines = append(lines, "  redis: "+cfg.Store.Redis.Connection.Describe(now).String())
+	}
+	if l := cfg.Store.Leases; l != nil {
+		lines = append(lines, fmt.Sprintf("  leases: %s, decided in process on partitions leased in Redis under %q", strings.Join(l.Names(), ", "), cmp.Or(l.Prefix, redislease.DefaultPrefix)))
 	}
 	return strings.Join(lines, "\n"), nil
 }

@@ -54,6 +54,11 @@ func TestExampleConfig(t *testing.T) {
 	if code, out, errOut := run("check", "../../examples/gateway.yaml"); code != 0 || !strings.Contains(out, "ok (5 limits, 2 rules, memory store, for sluice gateway)") {
 		t.Fatalf("%d %q %q", code, out, errOut)
 	}
+	code, out, errOut := run("check", "../../examples/gateway-fleet.yaml")
+	if code != 0 || !strings.Contains(out, "ok (2 limits, 2 rules, redis store, for sluice gateway)") ||
+		!strings.Contains(out, `  leases: global, decided in process on partitions leased in Redis under "sluice:lease:"`) {
+		t.Fatalf("gateway-fleet.yaml: %d %q %q", code, out, errOut)
+	}
 	if code, _, _ := run("check", "a.yaml", "b.yaml"); code != 2 {
 		t.Fatalf("two files: %d", code)
 	}

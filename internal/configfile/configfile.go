@@ -1,7 +1,9 @@
 // Package configfile is what sluice's two configuration dialects share —
 // the gateway's YAML (gateway/config) and envoyproxy/ratelimit's
 // (rls/envoyconfig): the error of a refused file, written the same way by
-// both ("file:line: reason"), and the line of a YAML decoder's error.
+// both ("file:line: reason"), the line of a YAML decoder's error, and the
+// error of a field of a section several files share (FieldError:
+// redisconfig's, leaseconfig's).
 package configfile
 
 import (
@@ -41,6 +43,39 @@ func (e *Error) Error() string {
 
 // Unwrap returns the cause, or nil.
 func (e *Error) Unwrap() error { return e.Err }
+
+// FieldError is a setting of a section that several files (or a file and
+// flags) share refused: the path of its field under the section (["tls",
+// "ca_file"], ["limits", "1", "ttl"]), and why (Err, which does not name
+// the field). A caller names the field its own way: a line of its file, a
+// flag.
+type FieldError struct {
+	Path []string
+	Err  error
+}
+
+// Error is the field as YAML names it ("sentinel.addrs[1]"), and why.
+func (e *FieldError) Error() string { return e.Field() + ": " + e.Err.Error() }
+
+// Field is the field's path as YAML names it: "tls.ca_file",
+// "sentinel.addrs[1]".
+func (e *FieldError) Field() string {
+	var b strings.Builder
+	for _, p := range e.Path {
+		if p != "" && p[0] >= '0' && p[0] <= '9' {
+			b.WriteString("[" + p + "]")
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(p)
+	}
+	return b.String()
+}
+
+// Unwrap returns the cause.
+func (e *FieldError) Unwrap() error { return e.Err }
 
 // YAMLLine is the line a yaml.v3 error names ("yaml: line 3: ...", or the
 // first line of its unmarshal errors), 0 when it names none.

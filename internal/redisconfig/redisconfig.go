@@ -62,36 +62,10 @@ type Sentinel struct {
 }
 
 // FieldError is a setting refused: the path of its field under the
-// connection (["tls", "ca_file"], ["sentinel", "addrs", "1"]), and why
-// (Err, which does not name the field). A caller names the field its own
-// way: a line of its file, a flag.
-type FieldError struct {
-	Path []string
-	Err  error
-}
-
-// Error is the field as YAML names it ("sentinel.addrs[1]"), and why.
-func (e *FieldError) Error() string { return e.Field() + ": " + e.Err.Error() }
-
-// Field is the field's path as YAML names it: "tls.ca_file",
-// "sentinel.addrs[1]".
-func (e *FieldError) Field() string {
-	var b strings.Builder
-	for _, p := range e.Path {
-		if p != "" && p[0] >= '0' && p[0] <= '9' {
-			b.WriteString("[" + p + "]")
-			continue
-		}
-		if b.Len() > 0 {
-			b.WriteByte('.')
-		}
-		b.WriteString(p)
-	}
-	return b.String()
-}
-
-// Unwrap returns the cause.
-func (e *FieldError) Unwrap() error { return e.Err }
+// connection (["tls", "ca_file"], ["sentinel", "addrs", "1"]), and why.
+// It is configfile's, which the other shared sections (leaseconfig) use
+// too.
+type FieldError = configfile.FieldError
 
 func fieldErr(err error, path ...string) *FieldError { return &FieldError{Path: path, Err: err} }
 
