@@ -3,6 +3,7 @@ package redisscript
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -48,7 +49,7 @@ type CoalesceOptions struct {
 
 // The defaults of CoalesceOptions' zero fields.
 const (
-	DefaultCoalesceInFlight     = 2
+	DefaultCoalesceInFlight     = 3
 	DefaultCoalesceMaxDecisions = 128
 	DefaultCoalesceMaxBytes     = 64 << 10
 )
@@ -294,9 +295,10 @@ func (s *Store) runBatch(batch []*pending) ([]error, []result) {
 var errQueuedTooLong = fmt.Errorf("redisscript: %w: the decision waited its whole Timeout for a call to Redis ahead of it", context.DeadlineExceeded)
 
 // batchArgs lays out a batch's KEYS and ARGV (lua/head.lua): the
-// protocol, the test clock, OP_BATCH, the number of calls, each call's
-// number of keys and mode, then every key's parameters. all is every
-// request, in order.
+// protocol, the test clock, OP_BATCH, the number of calls and of distinct
+// limits, each limit's fixed parameters once, each call's number of keys
+// and mode, then each key's own parameters (its limit's index first). all
+// is every request, in order.
 func (s *Store) batchArgs(batch []*pending) (keys, args []string, all []request) {
 	n := 0
 	for _, p := range batch {
@@ -304,28 +306,46 @@ func (s *Store) batchArgs(batch []*pending) (keys, args []string, all []request)
 	}
 	all = make([]request, 0, n)
 	keys = make([]string, 0, n)
-	args = make([]string, 4, 4+2*len(batch)+scriptParams*n)
+	var limits []*compiled // few: usually one or two
+	index := make([]int, 0, n)
+	for _, p := range batch {
+		for _, r := range p.rs {
+			all, keys = append(all, r), append(keys, r.key)
+			j := slices.Index(limits, r.c)
+			if j < 0 {
+				j, limits = len(limits), append(limits, r.c)
+			}
+			index = append(index, j+1)
+		}
+	}
+	args = make([]string, 5, 5+9*len(limits)+2*len(batch)+batchKeyParams*n)
 	args[0] = scriptProtocolArg
 	if s.testNow != nil {
 		args[1] = strconv.FormatInt(s.testNow().UnixMicro(), 10)
 	}
 	args[2] = string(opBatch)
 	args[3] = strconv.Itoa(len(batch))
+	args[4] = strconv.Itoa(len(limits))
+	for _, c := range limits {
+		args = append(args, c.argv[:]...)
+	}
 	for _, p := range batch {
 		args = append(args, strconv.Itoa(len(p.rs)), modeArg(p.mode))
-		all = append(all, p.rs...)
 	}
-	for _, r := range all {
-		keys = append(keys, r.key)
+	for i, r := range all {
+		args = append(args, strconv.Itoa(index[i]), costArg(r.cost), uintArg(r.ticket), intArg(r.at), intArg(r.stamp))
 	}
-	return keys, appendParams(args, all), all
+	return keys, args, all
 }
+
+// batchKeyParams is the number of ARGV entries per key in a batch.
+const batchKeyParams = 5
 
 // argBytes is about what rs adds to a call's keys and arguments.
 func argBytes(rs []request) int {
 	n := 0
 	for _, r := range rs {
-		n += len(r.key) + 8*scriptParams
+		n += len(r.key) + 8*batchKeyParams
 	}
 	return n
 }

@@ -31,6 +31,15 @@ end
 
 -- The 13 parameters of key i (see the header).
 local function param(i)
+  if LIMITS then
+    local b = PBASE + (i - 1) * 5
+    local l = LIMITS[tonumber(ARGV[b + 1])]
+    if l == nil then
+      error("sluice: key " .. i .. " names limit " .. tostring(ARGV[b + 1]) .. ", not one of the batch's")
+    end
+    return l[1], l[2], l[3], l[4], l[5], l[6], l[7], l[8], l[9],
+      tonumber(ARGV[b + 2]), ARGV[b + 3], tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5])
+  end
   local b = PBASE + (i - 1) * 13
   return tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4]),
     tonumber(ARGV[b + 5]), tonumber(ARGV[b + 6]), tonumber(ARGV[b + 7]), tonumber(ARGV[b + 8]),
@@ -106,20 +115,26 @@ if op == OP_DECIDE then
 elseif op == OP_BATCH then
   -- Check every call's size before deciding any: nothing is written for
   -- a batch that is refused.
-  local m, sum = tonumber(ARGV[4]), 0
+  local m, nl, sum = tonumber(ARGV[4]), #LIMITS, 0
   for j = 1, m do
-    local k = tonumber(ARGV[3 + 2 * j])
+    local k = tonumber(ARGV[CBASE + 2 * j - 1])
     if k == nil or k < 1 or k ~= math.floor(k) then
-      return redis.error_reply("sluice: batch call " .. j .. " of " .. tostring(ARGV[3 + 2 * j]) .. " keys")
+      return redis.error_reply("sluice: batch call " .. j .. " of " .. tostring(ARGV[CBASE + 2 * j - 1]) .. " keys")
     end
     sum = sum + k
+  end
+  for i = 1, n do
+    local l = tonumber(ARGV[PBASE + (i - 1) * 5 + 1])
+    if l == nil or l < 1 or l > nl or l ~= math.floor(l) then
+      return redis.error_reply("sluice: batch key " .. i .. " names limit " .. tostring(ARGV[PBASE + (i - 1) * 5 + 1]) .. " of " .. nl)
+    end
   end
   if sum ~= n then
     return redis.error_reply("sluice: batch calls of " .. sum .. " keys in all, " .. n .. " keys given")
   end
   local first = 1
   for j = 1, m do
-    local k = tonumber(ARGV[3 + 2 * j])
+    local k = tonumber(ARGV[CBASE + 2 * j - 1])
     if k == 1 then
       -- One limit (the usual call): as the flat path above, no table.
       local allowed, clamped, remaining, wait, reset, next, at, expire = decide(first, load(KEYS[first]), false)
@@ -131,7 +146,7 @@ elseif op == OP_BATCH then
       end
       put(flags, remaining, wait, reset, at)
     else
-      decideCall(first, first + k - 1, ARGV[4 + 2 * j] == "1")
+      decideCall(first, first + k - 1, ARGV[CBASE + 2 * j] == "1")
     end
     first = first + k
   end
