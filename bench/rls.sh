@@ -28,6 +28,11 @@
 #   SLUICE_PID   its pid(s), comma-separated, for its CPU column
 #   REDIS_ADDR   (127.0.0.1:6379) for ratelimit
 #   TLS (1)      0 skips sluice-mem-tls and sluice-mem-mtls
+#   IMPLS        the rows to measure, of: rlsnoop sluice-mem sluice-redis
+#                ratelimit gubernator (default all; the TLS rows go with
+#                sluice-mem)
+#   POINTS       the points, "c keys batch" separated by commas (default
+#                the eight above)
 #
 # The TLS rows are measured right after sluice-mem's, in the same round, for
 # their ratio to it: a fresh server each, on certificates made once per run
@@ -51,6 +56,10 @@ ratelimit_ver=v1.4.1-0.20260122083618-3fb702589d36
 gubernator_mod=github.com/gubernator-io/gubernator/v2/cmd/gubernator
 gubernator_ver=v2.13.0
 points=("1 1 1" "1 10000 1" "16 1 1" "16 10000 1" "64 1 1" "64 10000 1" "64 1 16" "64 10000 16")
+if [[ -n ${POINTS:-} ]]; then IFS=, read -r -a points <<<"$POINTS"; fi
+impls=" ${IMPLS:-rlsnoop sluice-mem sluice-redis ratelimit gubernator} "
+# wanted IMPL: whether IMPLS names IMPL.
+wanted() { [[ $impls == *" $1 "* ]]; }
 
 tmp=$(mktemp -d)
 pid=
@@ -72,8 +81,8 @@ anchor() {
   fi
   echo "$dst"
 }
-ratelimit=$(anchor "$ratelimit_mod" "$ratelimit_ver" ratelimit)
-gubernator=$(anchor "$gubernator_mod" "$gubernator_ver" gubernator)
+if wanted ratelimit; then ratelimit=$(anchor "$ratelimit_mod" "$ratelimit_ver" ratelimit); fi
+if wanted gubernator; then gubernator=$(anchor "$gubernator_mod" "$gubernator_ver" gubernator); fi
 go build -o "$tmp/rlsload" ./cmd/rlsload
 go build -o "$tmp/rlsnoop" ./cmd/rlsnoop
 (cd .. && go build -o "$tmp/sluice" ./cmd/sluice)
@@ -151,17 +160,23 @@ echo "rls.sh: DURATION=$duration WARMUP=$warmup, $(nproc) cores, $(go version | 
 
 for round in $(seq "$rounds"); do
   echo "round $round of $rounds"
-  freeport
-  "$tmp/rlsnoop" -addr "127.0.0.1:$port" 2>"$tmp/rlsnoop.log" & pid=$!
-  measure rlsnoop rls "127.0.0.1:$port" 0 "$pid" || failed=1
-  stop
+  if wanted rlsnoop; then
+    freeport
+    "$tmp/rlsnoop" -addr "127.0.0.1:$port" 2>"$tmp/rlsnoop.log" & pid=$!
+    measure rlsnoop rls "127.0.0.1:$port" 0 "$pid" || failed=1
+    stop
+  fi
 
   # sluice serve reads ratelimit's files unchanged. Its TLS variants, on the
   # memory store, right after sluice-mem: the server's certificate verified
   # by rlsload; for mTLS, rlsload's by the server (every listener asks).
-  variants=(mem)
-  if [[ $tls != 0 ]]; then variants+=(mem-tls mem-mtls); fi
-  for variant in "${variants[@]}" redis; do
+  variants=()
+  if wanted sluice-mem; then
+    variants=(mem)
+    if [[ $tls != 0 ]]; then variants+=(mem-tls mem-mtls); fi
+  fi
+  if wanted sluice-redis; then variants+=(redis); fi
+  for variant in "${variants[@]}"; do
     freeport; grpc=$port; freeport; http=$port; freeport; admin=$port
     extra=() loadtls=()
     case $variant in
@@ -191,6 +206,7 @@ for round in $(seq "$rounds"); do
   # RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY = ./rls/config, read
   # in place (RUNTIME_WATCH_ROOT=false); no stats sink, no expiry jitter, so its
   # per-second keys leave the shared Redis within a second of the run.
+  if wanted ratelimit; then
   freeport; grpc=$port; freeport; http=$port; freeport; debug=$port
   env USE_STATSD=false DISABLE_STATS=true LOG_LEVEL=warn \
     REDIS_SOCKET_TYPE=tcp REDIS_URL="$redis" CACHE_KEY_PREFIX=sluicebench_rl_ EXPIRATION_JITTER_MAX_SECONDS=0 \
@@ -199,10 +215,12 @@ for round in $(seq "$rounds"); do
     "$ratelimit" >"$tmp/ratelimit.log" 2>&1 & pid=$!
   measure ratelimit rls "127.0.0.1:$grpc" 1 "$pid,$(listener "$redis")" || failed=1
   stop
+  fi
 
   # gubernator: settings from config.go. One node: member-list discovery on
   # loopback with itself as the only known node (discovery "none" leaves the
   # peer list empty, and every call fails). Tracing off, as ratelimit's is.
+  if wanted gubernator; then
   freeport; grpc=$port; freeport; http=$port; freeport; ml=$port
   env GUBER_GRPC_ADDRESS="127.0.0.1:$grpc" GUBER_HTTP_ADDRESS="127.0.0.1:$http" \
     GUBER_MEMBERLIST_ADDRESS="127.0.0.1:$ml" GUBER_MEMBERLIST_BIND_ADDRESS="127.0.0.1:$ml" GUBER_MEMBERLIST_KNOWN_NODES="127.0.0.1:$ml" \
@@ -210,6 +228,7 @@ for round in $(seq "$rounds"); do
     "$gubernator" >"$tmp/gubernator.log" 2>&1 & pid=$!
   measure gubernator gubernator "127.0.0.1:$grpc" 1 "$pid" || failed=1
   stop
+  fi
 done
 
 if ((rounds > 1)); then

@@ -167,3 +167,49 @@ func TestQueuedCallerLeaves(t *testing.T) {
 		t.Errorf("%d batches carrying %d decisions; want 1 carrying 1", st.Batches, st.Batched)
 	}
 }
+
+// AllowAll of several limits is one decision of a batch (all its keys in
+// the same call) and stays all or nothing: 32 callers race AllowAll over a
+// limit of 100 that does not refill and two large ones; exactly 100 are
+// admitted, and every admitted call spent on all three.
+func TestAllowAllRidesTheBatch(t *testing.T) {
+	srv := redistest.StartServer(t)
+	s := newStore(t, redisscript.Options{Client: redisstore.NewRueidis(newRueidis(t, srv.Addr())), Timeout: patient})
+	small := sluice.Limit{Name: "small", Quota: 100, Window: 1000 * time.Hour}
+	large := sluice.Limit{Name: "large", Quota: 1e6, Window: 1000 * time.Hour}
+	other := sluice.Limit{Name: "other", Quota: 1e6, Window: 1000 * time.Hour, Algorithm: sluice.GCRA}
+	before := scriptCalls(t, srv)
+	const callers, each = 32, 20
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Go(func() {
+			for range each {
+				reqs := []sluice.Request{{Key: "k", Limit: small, Cost: 1}, {Key: "k", Limit: large, Cost: 1}, {Key: "k", Limit: other, Cost: 1}}
+				d, err := s.AllowAll(context.Background(), reqs, sluice.AllOrNothing, nil)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Allowed {
+					admitted.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	calls, st := scriptCalls(t, srv)-before, s.Stats()
+	t.Logf("%d AllowAll of 3 limits in %d script calls; %d batches carried %d", callers*each, calls, st.Batches, st.Batched)
+	if admitted.Load() != 100 {
+		t.Errorf("%d admitted, want exactly 100", admitted.Load())
+	}
+	if st.Batched == 0 || calls*2 > callers*each {
+		t.Errorf("%d script calls for %d AllowAll (%d coalesced): want batches", calls, callers*each, st.Batched)
+	}
+	// All or nothing: the large limits were spent exactly by the 100.
+	for _, l := range []sluice.Limit{large, other} {
+		if d, err := s.Peek(context.Background(), "k", l); err != nil || d.Remaining < 1e6-100 || d.Remaining >= 1e6-99 {
+			t.Errorf("%s after: %+v, %v; want %v left", l.Name, d, err, 1e6-100)
+		}
+	}
+}
