@@ -18,9 +18,9 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/redisscript"
 	"github.com/sluicehq/sluice/redisstore"
 	"github.com/sluicehq/sluice/redisstore/goredis"
-	"github.com/sluicehq/sluice/redisscript"
 )
 
 func redisAddr(b *testing.B) string {
