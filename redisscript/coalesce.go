@@ -21,12 +21,14 @@ import (
 // on the path. A decision that finds them all taken queues; when a call
 // returns, whatever queued meanwhile goes in the next call (up to
 // MaxDecisions decisions and about MaxBytes of keys and arguments). A
-// decision's Timeout runs from the moment it queued, not from when its
-// batch goes: a batch's call must answer by the earliest of its decisions'
-// deadlines, and a decision that waited its whole Timeout behind a call
-// that did not answer fails without being sent. A failed or timed-out
-// batch is each of its decisions' failure (each caller's policy decides),
-// and is never sent again.
+// queued decision's Timeout runs from the moment it queued: at its end the
+// caller gets an outage (its policy decides) whether or not its batch has
+// gone, and it is not sent if it has not. A batch's call has the whole
+// Timeout from when it is sent, like a call alone, so a slow Redis is not
+// made an outage by the queueing. A failed or timed-out batch is each of
+// its decisions' failure (each caller's policy decides), and is never sent
+// again. A decision that fails in the script (a key holding another type)
+// fails alone: the others of its batch are decided.
 
 // CoalesceOptions configure how concurrent decisions share script calls.
 // The zero value coalesces, with the defaults below.
@@ -78,8 +80,8 @@ const clusterSlots = 16384
 // a slot.
 type batchers struct {
 	one   batcher
-	slots []atomic.Pointer[batcher]
-	mu    sync.Mutex // makes slots' batchers
+	slots atomic.Pointer[[clusterSlots]atomic.Pointer[batcher]] // made on a Cluster's first decision
+	mu    sync.Mutex                                           // makes slots and their batchers
 }
 
 func (s *Store) batcherFor(slot uint16) *batcher {
@@ -87,16 +89,23 @@ func (s *Store) batcherFor(slot uint16) *batcher {
 		return &s.batchers.one
 	}
 	bs := &s.batchers
-	if b := bs.slots[slot].Load(); b != nil {
-		return b
+	if slots := bs.slots.Load(); slots != nil {
+		if b := slots[slot].Load(); b != nil {
+			return b
+		}
 	}
 	bs.mu.Lock()
 	defer bs.mu.Unlock()
-	if b := bs.slots[slot].Load(); b != nil {
+	slots := bs.slots.Load()
+	if slots == nil {
+		slots = new([clusterSlots]atomic.Pointer[batcher])
+		bs.slots.Store(slots)
+	}
+	if b := slots[slot].Load(); b != nil {
 		return b
 	}
 	b := &batcher{s: s}
-	bs.slots[slot].Store(b)
+	slots[slot].Store(b)
 	return b
 }
 
@@ -119,11 +128,10 @@ type batcher struct {
 
 // pending is a queued decision.
 type pending struct {
-	mode     sluice.Mode
-	rs       []request
-	res      []result
-	bytes    int
-	deadline time.Time // queued at, plus Timeout
+	mode  sluice.Mode
+	rs    []request
+	res   []result
+	bytes int
 	// Set under the batcher's mu.
 	err  error
 	left bool          // the caller's context ended first: not sent, or its answer dropped
@@ -136,15 +144,17 @@ type pending struct {
 // or with it if it was already sent (its decision may then have been
 // spent, as a call timed out alone may have been).
 func (b *batcher) do(ctx context.Context, mode sluice.Mode, rs []request, res []result) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%w: %w", errCallerDone, err)
+	}
 	b.mu.Lock()
 	if b.inflight < b.s.coalesce.InFlight && !b.s.batchAlways {
 		b.inflight++
 		b.mu.Unlock()
-		err := b.s.run(ctx, opDecide, mode, rs, res)
-		b.next()
-		return err
+		defer b.next() // even if the Client panics: the slot is given back
+		return b.s.run(ctx, opDecide, mode, rs, res)
 	}
-	p := &pending{mode: mode, rs: rs, res: res, bytes: argBytes(rs), deadline: time.Now().Add(b.s.timeout), done: make(chan struct{})}
+	p := &pending{mode: mode, rs: rs, res: res, bytes: argBytes(rs), done: make(chan struct{})}
 	b.queue = append(b.queue, p)
 	var batch []*pending
 	if b.inflight < b.s.coalesce.InFlight { // only with batchAlways
@@ -155,14 +165,24 @@ func (b *batcher) do(ctx context.Context, mode sluice.Mode, rs []request, res []
 	if batch != nil {
 		go b.send(batch)
 	}
+	timeout := time.NewTimer(b.s.timeout)
+	defer timeout.Stop()
+	err := errQueuedTooLong
 	select {
 	case <-p.done:
 		return p.err
 	case <-ctx.Done():
-		b.mu.Lock()
+		err = fmt.Errorf("%w: %w", errCallerDone, ctx.Err())
+	case <-timeout.C:
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	select {
+	case <-p.done: // answered meanwhile: the answer, not the error
+		return p.err
+	default:
 		p.left = true
-		b.mu.Unlock()
-		return fmt.Errorf("%w: %w", errCallerDone, ctx.Err())
+		return err
 	}
 }
 
@@ -205,6 +225,19 @@ func (b *batcher) takeLocked() []*pending {
 
 // send makes batch's call and answers each of its callers.
 func (b *batcher) send(batch []*pending) {
+	defer b.next()
+	b.mu.Lock()
+	live := batch[:0]
+	for _, p := range batch {
+		if !p.left { // left since it was taken: not sent
+			live = append(live, p)
+		}
+	}
+	b.mu.Unlock()
+	if len(live) == 0 {
+		return
+	}
+	batch = live
 	errs, res := b.s.runBatch(batch)
 	b.mu.Lock()
 	k := 0
@@ -219,7 +252,6 @@ func (b *batcher) send(batch []*pending) {
 		close(p.done)
 	}
 	b.mu.Unlock()
-	b.next()
 }
 
 // runBatch makes one script call for batch, as run does for one call: the
@@ -236,36 +268,17 @@ func (s *Store) runBatch(batch []*pending) ([]error, []result) {
 		}
 		return errs, nil
 	}
-	// Decisions that waited their whole Timeout in the queue fail unsent.
-	now, deadline := time.Now(), time.Time{}
-	live := batch[:0:0]
-	for j, p := range batch {
-		if !now.Before(p.deadline) {
-			errs[j] = errQueuedTooLong
-			continue
-		}
-		if deadline.IsZero() || p.deadline.Before(deadline) {
-			deadline = p.deadline
-		}
-		live = append(live, p)
-	}
-	if len(live) == 0 {
-		return fail(errQueuedTooLong)
-	}
 	ok, probe := s.breaker.allow()
 	if !ok {
 		return fail(errBreakerOpen)
 	}
-	keys, args, all := s.batchArgs(live)
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	keys, args, all := s.batchArgs(batch)
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 	defer cancel()
 	s.batches.Add(1)
-	s.batched.Add(uint64(len(live)))
+	s.batched.Add(uint64(len(batch)))
 	reply, err := s.call(ctx, scriptFor(all), keys, args)
 	if err != nil {
-		// The batch's own deadline is Redis's failure (an outage: each
-		// decision's policy applies), even when it left Redis less than a
-		// Timeout: its decisions had waited for a call ahead of it.
 		return fail(s.failed(context.Background(), s.timeout, probe, err))
 	}
 	s.markUp()
@@ -281,18 +294,31 @@ func (s *Store) runBatch(batch []*pending) ([]error, []result) {
 	for j, p := range batch {
 		n := len(p.rs)
 		res = append(res, make([]result, n)...) // a failed decision's part stays zero
-		if errs[j] == nil {
-			errs[j] = parseParts(opDecide, reply, reply[2+replyValues*k:2+replyValues*(k+n)], p.rs, res[len(res)-n:])
-			k += n
+		parts := reply[2+replyValues*k : 2+replyValues*(k+n)]
+		if parts[0] == flagFailed {
+			errs[j] = errDecisionFailed
+		} else {
+			errs[j] = parseParts(opDecide, reply, parts, p.rs, res[len(res)-n:])
 		}
+		k += n
 	}
 	return errs, res
 }
 
-// errQueuedTooLong: a coalesced decision waited its whole Timeout for a
-// call ahead of it (Redis did not answer that one): an outage, for which
-// its policy decides.
-var errQueuedTooLong = fmt.Errorf("redisscript: %w: the decision waited its whole Timeout for a call to Redis ahead of it", context.DeadlineExceeded)
+// flagFailed is the flags of a batch's decision that failed in the
+// script (FAILED in lua/head.lua): the script caught its error, and
+// decided the others.
+const flagFailed = -1
+
+// errDecisionFailed: the batch script failed on this decision (pcall
+// caught the error), as Redis would have answered it alone with an error
+// reply: an error, not an outage.
+var errDecisionFailed = &ReplyError{Msg: "sluice: the script failed on this decision's keys (a key holding another type, or a state it cannot read); the other decisions of its batch were decided"}
+
+// errQueuedTooLong: a coalesced decision's Timeout ended before its batch
+// answered (it waited for calls ahead of it): an outage, for which its
+// policy decides.
+var errQueuedTooLong = fmt.Errorf("redisscript: %w: no answer from Redis within the Timeout (the decision waited for a call ahead of it)", context.DeadlineExceeded)
 
 // batchArgs lays out a batch's KEYS and ARGV (lua/head.lua): the
 // protocol, the test clock, OP_BATCH, the number of calls and of distinct

@@ -213,3 +213,145 @@ func TestAllowAllRidesTheBatch(t *testing.T) {
 		}
 	}
 }
+
+// held is a Client whose first script call waits until release is
+// closed: the decisions made meanwhile queue behind it.
+type held struct {
+	redisscript.Client
+	release chan struct{}
+	first   atomic.Bool
+	holding atomic.Bool
+}
+
+func (h *held) EvalSHA(ctx context.Context, sha string, keys, args []string) ([]int64, error) {
+	if h.first.CompareAndSwap(false, true) {
+		h.holding.Store(true)
+		<-h.release
+	}
+	return h.Client.EvalSHA(ctx, sha, keys, args)
+}
+
+// queueBehind starts a decision that holds the only call in flight, then
+// runs each of fs on its own goroutine (they queue), waits until all have
+// queued, releases the call and waits for fs to end.
+func queueBehind(t *testing.T, s *redisscript.Store, h *held, limit sluice.Limit, fs ...func()) {
+	t.Helper()
+	var wg sync.WaitGroup
+	wg.Go(func() { _, _ = s.Allow(context.Background(), unique(t, "held"), limit, 1) })
+	for !h.holding.Load() {
+		time.Sleep(time.Millisecond)
+	}
+	for _, f := range fs {
+		wg.Go(f)
+	}
+	time.Sleep(50 * time.Millisecond) // all queued
+	close(h.release)
+	wg.Wait()
+}
+
+// A decision that fails in the batch script (its key holds a list) fails
+// alone, with Redis's refusal as an error; the others of its batch are
+// decided and spent.
+func TestBatchMemberFailsAlone(t *testing.T) {
+	srv := redistest.StartServer(t)
+	h := &held{Client: redisstore.NewRueidis(newRueidis(t, srv.Addr())), release: make(chan struct{})}
+	s := newStore(t, redisscript.Options{Client: h, Timeout: patient, Coalesce: redisscript.CoalesceOptions{InFlight: 1}})
+	limit := sluice.Limit{Name: "member", Quota: 10, Window: time.Hour}
+	bad, _, err := s.StateKey(limit, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := srv.CLI("LPUSH", bad, "not a state"); err != nil {
+		t.Fatal(err, out)
+	}
+	var da, dc sluice.Decision
+	var errA, errB, errC error
+	queueBehind(t, s, h, limit,
+		func() { da, errA = s.Allow(context.Background(), "a", limit, 1) },
+		func() { _, errB = s.Allow(context.Background(), "b", limit, 1) },
+		func() { dc, errC = s.Allow(context.Background(), "c", limit, 1) })
+	if st := s.Stats(); st.Batches != 1 || st.Batched != 3 {
+		t.Fatalf("%d batches carrying %d; want the three in one", st.Batches, st.Batched)
+	}
+	if errA != nil || errC != nil || !da.Allowed || !dc.Allowed || da.Remaining < 9 || da.Remaining >= 9.5 {
+		t.Errorf("a: %+v, %v; c: %+v, %v; want both allowed, 9 left", da, errA, dc, errC)
+	}
+	var re *redisscript.ReplyError
+	if !errors.As(errB, &re) || errors.Is(errB, context.DeadlineExceeded) {
+		t.Errorf("b = %v; want a Redis error reply (not an outage)", errB)
+	}
+	if st := s.Stats(); st.FailOpen+st.FailClosed+st.FailLocal != 0 {
+		t.Errorf("%+v: a policy decided; want none", st)
+	}
+}
+
+// A queued decision whose Timeout ends before its batch answers is
+// decided by its policy, and is never sent.
+func TestQueuedPastItsTimeout(t *testing.T) {
+	h := &held{Client: sharedClient(t), release: make(chan struct{})}
+	s := newStore(t, redisscript.Options{Client: h, Timeout: 100 * time.Millisecond, Policy: sluice.FailClosed,
+		BreakerFailures: 1000, Coalesce: redisscript.CoalesceOptions{InFlight: 1}})
+	limit := sluice.Limit{Name: "late", Quota: 10, Window: time.Hour}
+	var d sluice.Decision
+	var err error
+	var wg sync.WaitGroup
+	wg.Go(func() { _, _ = s.Allow(context.Background(), unique(t, "held"), limit, 1) })
+	for !h.holding.Load() {
+		time.Sleep(time.Millisecond)
+	}
+	wg.Go(func() { d, err = s.Allow(context.Background(), unique(t, "late"), limit, 1) })
+	time.Sleep(300 * time.Millisecond) // past the queued decision's Timeout
+	close(h.release)
+	wg.Wait()
+	// Two policy decisions: the held call's (past its own Timeout) and
+	// the queued one's.
+	if st := s.Stats(); err != nil || d.Allowed || st.FailClosed != 2 || st.Batched != 0 {
+		t.Errorf("%+v, %v, stats %+v; want fail_closed's rejection, nothing sent in a batch", d, err, st)
+	}
+}
+
+// slow is a Client whose every script call takes d more: a slow Redis.
+type slow struct {
+	redisscript.Client
+	d time.Duration
+}
+
+func (c slow) EvalSHA(ctx context.Context, sha string, keys, args []string) ([]int64, error) {
+	time.Sleep(c.d)
+	return c.Client.EvalSHA(ctx, sha, keys, args)
+}
+
+// A slow Redis is not made an outage by the queueing: each batch's call
+// has the whole Timeout. Answering in 20 ms against 200, every decision is
+// Redis's. Answering in 60 ms against 100, a queued decision (which waits
+// for the call ahead and its own) may pass its Timeout and be decided by
+// its policy, but Redis is never counted as failing and the breaker never
+// opens (the negative control of a batch given only its members' earliest
+// deadline, which did both).
+func TestSlowRedisIsNotAnOutage(t *testing.T) {
+	for _, c := range []struct {
+		delay, timeout time.Duration
+		policyOK       bool
+	}{{20 * time.Millisecond, 200 * time.Millisecond, false}, {60 * time.Millisecond, 100 * time.Millisecond, true}} {
+		t.Run(c.delay.String()+"-of-"+c.timeout.String(), func(t *testing.T) {
+			s := newStore(t, redisscript.Options{Client: slow{sharedClient(t), c.delay}, Timeout: c.timeout, Policy: sluice.FailClosed})
+			limit := sluice.Limit{Name: "slow", Quota: 1e6, Window: time.Second}
+			var wg sync.WaitGroup
+			for range 16 {
+				wg.Go(func() {
+					for range 10 {
+						if _, err := s.Allow(context.Background(), unique(t, "k"), limit, 1); err != nil {
+							t.Error(err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			st := s.Stats()
+			if st.Failures != 0 || st.BreakerOpens != 0 || st.Batched == 0 || !c.policyOK && st.FailClosed != 0 {
+				t.Errorf("%+v; want no failure counted against Redis, no breaker opening, batches%s", st, map[bool]string{false: ", every decision Redis's", true: ""}[c.policyOK])
+			}
+		})
+	}
+}

@@ -51,6 +51,7 @@ var headNames = []string{
 	"local ALLOWED = " + strconv.Itoa(flagAllowed),
 	"local CLAMPED = " + strconv.Itoa(flagClamped),
 	"local UNSPENT = " + strconv.Itoa(flagUnspent),
+	"local FAILED = " + strconv.Itoa(flagFailed),
 }
 
 var algorithmFiles = [...]string{

@@ -272,9 +272,6 @@ func New(opts Options) (*Store, error) {
 	}
 	s.breaker.onChange = s.breakerChanged
 	s.batchers.one.s = s
-	if !coalesce.Off && opts.Client.Cluster() {
-		s.batchers.slots = make([]atomic.Pointer[batcher], clusterSlots)
-	}
 	if opts.DenyCache > 0 {
 		s.deny = newDenyCache(opts.DenyCache)
 	}

@@ -32,6 +32,7 @@ local op = ARGV[3]
 local ALLOWED = 1
 local CLAMPED = 2 -- the clock was behind the state: no refill
 local UNSPENT = 4 -- the state as it is: nothing spent
+local FAILED = -1 -- a batch's call that failed in the script (its error caught): the others are decided
 if ARGV[1] ~= PROTOCOL then
   return redis.error_reply("sluice: script protocol " .. PROTOCOL .. ", client protocol " .. tostring(ARGV[1]))
 end

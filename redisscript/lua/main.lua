@@ -121,6 +121,10 @@ elseif op == OP_BATCH then
     if k == nil or k < 1 or k ~= math.floor(k) then
       return redis.error_reply("sluice: batch call " .. j .. " of " .. tostring(ARGV[CBASE + 2 * j - 1]) .. " keys")
     end
+    local mode = ARGV[CBASE + 2 * j]
+    if mode ~= "0" and mode ~= "1" then
+      return redis.error_reply("sluice: batch call " .. j .. " mode " .. tostring(mode))
+    end
     sum = sum + k
   end
   for i = 1, n do
@@ -132,21 +136,33 @@ elseif op == OP_BATCH then
   if sum ~= n then
     return redis.error_reply("sluice: batch calls of " .. sum .. " keys in all, " .. n .. " keys given")
   end
+  -- decideOne decides a call of one limit (the usual one) as the flat
+  -- path above does, without a table.
+  local function decideOne(i)
+    local allowed, clamped, remaining, wait, reset, next, at, expire = decide(i, load(KEYS[i]), false)
+    local flags = 0
+    if clamped then flags = CLAMPED end
+    if allowed then
+      flags = flags + ALLOWED
+      store(KEYS[i], next, expire)
+    end
+    put(flags, remaining, wait, reset, at)
+  end
   local first = 1
   for j = 1, m do
     local k = tonumber(ARGV[CBASE + 2 * j - 1])
+    local mark, ok = #reply, nil
     if k == 1 then
-      -- One limit (the usual call): as the flat path above, no table.
-      local allowed, clamped, remaining, wait, reset, next, at, expire = decide(first, load(KEYS[first]), false)
-      local flags = 0
-      if clamped then flags = CLAMPED end
-      if allowed then
-        flags = flags + ALLOWED
-        store(KEYS[first], next, expire)
-      end
-      put(flags, remaining, wait, reset, at)
+      ok = pcall(decideOne, first)
     else
-      decideCall(first, first + k - 1, ARGV[CBASE + 2 * j] == "1")
+      ok = pcall(decideCall, first, first + k - 1, ARGV[CBASE + 2 * j] == "1")
+    end
+    if not ok then
+      -- This call failed (a key holding another type, a state it cannot
+      -- read; its decisions come before its writes): its parts say
+      -- FAILED, and the others go on.
+      for x = #reply, mark + 1, -1 do reply[x] = nil end
+      for _ = 1, k do put(FAILED, 0, 0, 0, 0) end
     end
     first = first + k
   end
