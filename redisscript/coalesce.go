@@ -81,7 +81,7 @@ const clusterSlots = 16384
 type batchers struct {
 	one   batcher
 	slots atomic.Pointer[[clusterSlots]atomic.Pointer[batcher]] // made on a Cluster's first decision
-	mu    sync.Mutex                                           // makes slots and their batchers
+	mu    sync.Mutex                                            // makes slots and their batchers
 }
 
 func (s *Store) batcherFor(slot uint16) *batcher {
