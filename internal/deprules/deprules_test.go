@@ -28,6 +28,7 @@ var adapters = []struct {
 	{"github.com/nats-io/", []string{"jsqueue"}},
 	{"github.com/schollz/progressbar/", []string{"internal/cli"}},
 	{"github.com/chromedp/", []string{"relay/console"}},
+	{"gonum.org/v1/plot", []string{"sim/simplot"}},
 }
 
 // leanUsers says what a package taken alone must not compile: neither the
@@ -72,6 +73,9 @@ var leanUsers = []struct {
 	{"leasetest", []string{"go.etcd.io/", "github.com/redis/", "google.golang.org/grpc", "github.com/prometheus/"}},
 	{"redislease", []string{"github.com/redis/", "go.etcd.io/etcd", "github.com/prometheus/"}},
 	{"redisbucket", []string{"github.com/redis/", "go.etcd.io/etcd", "github.com/prometheus/"}},
+	// The simulator: the standard library, sluice and memstore; its plots
+	// are simplot's.
+	{"sim", []string{"gonum.org/", "github.com/spf13/", "github.com/redis/", "google.golang.org/grpc", "github.com/prometheus/"}},
 	// The in-process store.
 	{"memstore", []string{"google.golang.org/grpc", "github.com/redis/", "github.com/prometheus/", "github.com/envoyproxy/"}},
 }
