@@ -13,7 +13,7 @@ BENCHTIME ?= 1s
 COUNT     ?= 6
 OUT       := bench/out
 
-.PHONY: test lint fuzz fuzz-edge bench bench-memory bench-redis bench-http bench-gateway bench-rls bench-pace bench-queue sim fault soak bench-queue-memory bench-relay-memory bench-fleet help
+.PHONY: test lint fuzz fuzz-edge bench bench-memory bench-redis bench-http bench-gateway bench-rls bench-pace bench-queue sim fault soak bench-queue-memory bench-relay-memory bench-fleet algorithms help
 
 help:
 	@echo "make test          the tests, with -race and -shuffle (the README's test command)"
@@ -28,6 +28,7 @@ help:
 	@echo "make bench-rls     sluice serve (memory, Redis) against envoyproxy/ratelimit, gubernator and a do-nothing RLS server (ROUNDS, DURATION)"
 	@echo "make bench-pace    the client pacer's cost per call against x/time/rate's Limiter.Wait"
 	@echo "make bench-queue   durable queues side by side: River, asynq, JetStream, raw bbolt, sluice's queues (DURATION, ROUNDS; IMPL, SCENARIO lists)"
+	@echo "make algorithms    docs/algorithms.md's tables and plots, regenerated with sluice sim (make test checks them)"
 	@echo "make sim           the client against sluice's own middleware, 5×L offered, on a simulated clock: the figures of docs/BENCHMARKS.md"
 	@echo "make bench-queue-memory  RSS of a consumer with 1e6 tasks queued against 1e3 (boltqueue)"
 	@echo "make bench-relay-memory  RSS of a relay draining 1e6 queued tasks against 1e3"
@@ -128,6 +129,9 @@ bench-queue:
 	cd bench && $(GO) build -o ../$(OUT)/queuebench ./cmd/queuebench
 	$(OUT)/queuebench -duration $(or $(DURATION),10s) -rounds $(or $(ROUNDS),3) \
 	  $(if $(IMPL),-impl $(IMPL)) $(if $(SCENARIO),-scenario $(SCENARIO)) -out $(OUT)/queue.md
+
+algorithms:
+	SLUICE_WRITE_DOCS=1 $(GO) test -count=1 -run 'TestAlgorithmsDocUpToDate$$' ./internal/cli
 
 sim:
 	SLUICE_SIM=1 $(GO) test -count=1 -v -run 'TestConfiguredLimit|TestLearnsFrom|TestSeedScenario|TestSimulationMatrix' ./pace | grep -E '^(=== RUN|--- |ok|FAIL)|sim_test|matrix_test'

@@ -76,7 +76,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	root.SetUsageFunc(func(c *cobra.Command) error { writeHelp(c.ErrOrStderr(), c); return nil })
 
 	root.AddGroup(&cobra.Group{ID: groupServices, Title: "Services:"}, &cobra.Group{ID: groupTools, Title: "Tools:"})
-	root.AddCommand(newServeCmd(), newGatewayCmd(), newRelayCmd(), newDemoTargetCmd(), newEnqueueCmd(), newCheckCmd(), newTryCmd(), newVersionCmd())
+	root.AddCommand(newServeCmd(), newGatewayCmd(), newRelayCmd(), newDemoTargetCmd(), newEnqueueCmd(), newCheckCmd(), newTryCmd(), newSimCmd(), newVersionCmd())
 	root.SetHelpCommand(newHelpCmd(root))
 	root.InitDefaultHelpCmd()
 	root.InitDefaultCompletionCmd()

@@ -27,7 +27,7 @@ func commandPaths(t *testing.T) map[string][]string {
 		}
 	}
 	walk(newRoot(io.Discard, io.Discard), nil)
-	for _, want := range []string{"", "serve", "gateway", "relay", "enqueue", "demo-target", "check", "try", "version", "help", "completion", "completion bash", "completion zsh", "completion fish", "completion powershell"} {
+	for _, want := range []string{"", "serve", "gateway", "relay", "enqueue", "demo-target", "check", "try", "sim", "version", "help", "completion", "completion bash", "completion zsh", "completion fish", "completion powershell"} {
 		if _, ok := paths[want]; !ok {
 			t.Fatalf("no command %q in %v", want, slices.Sorted(mapKeys(paths)))
 		}
@@ -272,7 +272,7 @@ func TestCompletion(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{[]string{"__complete", ""}, []string{"check", "completion", "demo-target", "enqueue", "gateway", "help", "relay", "serve", "try", "version"}},
+		{[]string{"__complete", ""}, []string{"check", "completion", "demo-target", "enqueue", "gateway", "help", "relay", "serve", "sim", "try", "version"}},
 		{[]string{"__completeNoDesc", "se"}, []string{"serve"}},
 		{[]string{"__complete", "help", "g"}, []string{"gateway"}},
 		{[]string{"__complete", "try", "--alg"}, []string{"--algorithm"}},
