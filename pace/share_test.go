@@ -131,7 +131,8 @@ func TestShareAnswers(t *testing.T) {
 	cases := []struct {
 		name     string
 		method   string
-		first    int // the first try's status; later tries get 200
+		first    int  // the first try's status; later tries get 200
+		own      bool // a 409 of the target's own (not a fence refusal)
 		want     int
 		tries    uint64
 		stale    int
@@ -139,6 +140,7 @@ func TestShareAnswers(t *testing.T) {
 	}{
 		{name: "409 retried", method: http.MethodGet, first: 409, want: 200, tries: 2, stale: 1},
 		{name: "409 on a POST returned", method: http.MethodPost, first: 409, want: 409, tries: 1, stale: 1},
+		{name: "the target's own 409 returned", method: http.MethodGet, first: 409, own: true, want: 409, tries: 1},
 		{name: "403 returned", method: http.MethodGet, first: 403, want: 403, tries: 1},
 		{name: "428 returned", method: http.MethodGet, first: 428, want: 428, tries: 1},
 		{name: "200", method: http.MethodGet, first: 200, want: 200, tries: 1},
@@ -159,6 +161,11 @@ func TestShareAnswers(t *testing.T) {
 				}
 				if first && c.first != 200 {
 					w.WriteHeader(c.first)
+					if c.first == http.StatusConflict && !c.own {
+						_, _ = io.WriteString(w, `{"error":"stale_lease_epoch","retryable":false}`)
+					} else {
+						_, _ = io.WriteString(w, `{"error":"version_conflict"}`)
+					}
 				}
 			}))
 			defer target.Close()
@@ -182,7 +189,11 @@ func TestShareAnswers(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			got, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
+			if c.first != 200 && c.want == c.first && !strings.Contains(string(got), "error") {
+				t.Errorf("the answer's body %q: want the target's, whole", got)
+			}
 			st := tr.Stats()
 			if resp.StatusCode != c.want || st.Tries != c.tries || st.Failures != 0 || len(sh.stale) != c.stale {
 				t.Errorf("status %d after %d tries (%d failures), Stale called %d times; want %d after %d, %d", resp.StatusCode, st.Tries, st.Failures, len(sh.stale), c.want, c.tries, c.stale)

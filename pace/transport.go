@@ -35,11 +35,12 @@ type TransportOptions struct {
 	// processes spend together (lease.SpendFrom over a lease.Holder): every
 	// try first waits for Cost from it, then for the Pacer, and carries the
 	// share's fence in the Sluice-Lease-Epoch header. A 409 answer to a
-	// fenced try means the target saw a newer holder of that partition: the
+	// fenced try whose body names stale_lease_epoch (httplimit.Fence's
+	// refusal) means the target saw a newer holder of that partition: the
 	// Share is told (Stale) and the request is tried again at once under
 	// another fence, spending no attempt (still bounded by the Deadline and
-	// the retry budget). Other answers, the target's other fence refusals
-	// (400, 403, 428) included, are returned as they are.
+	// the retry budget). Other answers — the target's own 409s, its other
+	// fence refusals (400, 403, 428) — are returned as they are.
 	Share Share
 }
 
@@ -56,6 +57,24 @@ type Share interface {
 
 // fenceHeader carries a Share's fence (lease.FenceHeader).
 const fenceHeader = "Sluice-Lease-Epoch"
+
+// staleFence reports whether a 409 is a fencing target's refusal of a
+// stale epoch (httplimit.Fence's body names stale_lease_epoch) rather than
+// the target's own conflict, which is the caller's answer. It reads the
+// body's first bytes and puts them back.
+func staleFence(resp *http.Response) bool {
+	if resp.Body == nil || resp.Body == http.NoBody {
+		return false
+	}
+	head := make([]byte, 256)
+	n, _ := io.ReadFull(resp.Body, head)
+	head = head[:n]
+	resp.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(head), resp.Body), resp.Body}
+	return bytes.Contains(head, []byte(`"stale_lease_epoch"`))
+}
 
 // Transport is an http.RoundTripper that makes any http.Client a good citizen
 // of a rate-limited target: each try waits for the Pacer, the target's answers
@@ -302,7 +321,7 @@ func (a *attempt) send(r *http.Request) answer {
 	ans.received = time.Now()
 	ans.kind = classify(ans.resp, ans.err)
 	ans.canceled = ans.err != nil && a.ctx.Err() != nil
-	ans.fenced = a.fence != "" && ans.resp != nil && ans.resp.StatusCode == http.StatusConflict
+	ans.fenced = a.fence != "" && ans.resp != nil && ans.resp.StatusCode == http.StatusConflict && staleFence(ans.resp)
 	if ans.kind == throttled {
 		var capped bool
 		ans.wait, capped, ans.hasWait = retryAfter(ans.resp.Header, ans.received, t.retry.MaxRetryAfter)
