@@ -252,6 +252,21 @@ func TestBadInput(t *testing.T) {
 	if _, err := Builtin("bursty", 10, time.Minute, 0, 1, 1); !errors.Is(err, ErrUnknownTrace) {
 		t.Errorf("unknown trace: %v", err)
 	}
+	// Traces too long for the limit are refused before they are built (a
+	// limit of 1e12/s would otherwise allocate until the process dies).
+	for _, name := range Traces {
+		for _, c := range []struct {
+			quota, cost float64
+			instances   int
+		}{{1e12, 1, 1}, {10, 1e-12, 1}, {1e5, 1, 100000}} {
+			if c.instances > 1 && name != "instances" {
+				continue // the others do not depend on it
+			}
+			if _, err := Builtin(name, c.quota, time.Second, 0, c.cost, c.instances); err == nil || !strings.Contains(err.Error(), "more than 1000000 requests") {
+				t.Errorf("%s at %v/s, cost %v, %d instances: %v; want refused as too long", name, c.quota, c.cost, c.instances, err)
+			}
+		}
+	}
 	tr := csvTrace(t, "0\n")
 	for _, c := range []struct {
 		c    Config

@@ -54,7 +54,7 @@ var ErrUnknownTrace = errors.New("sim: unknown trace")
 //     times.
 //   - adversarial: idle until just before the first window ends, a full
 //     capacity at once, then requests at four times the rate for a
-//     window: the most each algorithm lets through in one window (fixed
+//     window: close to the most each algorithm lets through in one window (fixed
 //     and sliding windows reset or reweigh at the boundary, buckets spend
 //     their burst and then the refill).
 //   - instances: requests at twice instances × the rate for ten windows,
@@ -63,10 +63,30 @@ func Builtin(name string, quota float64, window time.Duration, burst, cost float
 	if burst == 0 {
 		burst = quota
 	}
-	per := func(n float64) int { return max(1, int(math.Floor(n/cost+1e-9))) } // requests of cost in n
+	// Every count is checked against MaxRequests before anything is
+	// built: a limit of 1e10/s must not allocate its trace first.
+	tooMany := false
+	per := func(n float64) int { // requests of cost in n
+		f := math.Floor(n/cost + 1e-9)
+		if !(f <= MaxRequests) { // NaN, or too many
+			tooMany = true
+			return 0
+		}
+		return max(1, int(f))
+	}
 	w := window
 	var reqs []Request
+	room := func(n int) bool {
+		if tooMany || len(reqs)+n > MaxRequests {
+			tooMany = true
+			return false
+		}
+		return true
+	}
 	add := func(at time.Duration, n int) {
+		if !room(n) {
+			return
+		}
 		for range n {
 			reqs = append(reqs, Request{At: at, Cost: cost})
 		}
@@ -74,6 +94,9 @@ func Builtin(name string, quota float64, window time.Duration, burst, cost float
 	// steady adds requests at rate (cost per window) from start for span.
 	steady := func(start, span time.Duration, rate float64) {
 		n := per(rate * float64(span) / float64(w))
+		if !room(n) {
+			return
+		}
 		for i := range n {
 			reqs = append(reqs, Request{At: start + time.Duration(float64(span)*float64(i)/float64(n)), Cost: cost})
 		}
@@ -88,12 +111,15 @@ func Builtin(name string, quota float64, window time.Duration, burst, cost float
 	case "poisson":
 		rng := rand.New(rand.NewPCG(18, 2026))
 		mean := float64(w) * cost / (1.5 * quota)
-		for at := 0.0; ; {
+		per(15 * quota) // the expected count, refused before the loop when too many
+		for at := 0.0; !tooMany; {
 			at += rng.ExpFloat64() * mean
 			if at >= float64(10*w) {
 				break
 			}
-			reqs = append(reqs, Request{At: time.Duration(at), Cost: cost})
+			if room(1) {
+				reqs = append(reqs, Request{At: time.Duration(at), Cost: cost})
+			}
 		}
 	case "on-off":
 		for i := range 5 {
@@ -107,8 +133,8 @@ func Builtin(name string, quota float64, window time.Duration, burst, cost float
 	default:
 		return Trace{}, fmt.Errorf("%w %q (want one of %s, or a CSV file's path)", ErrUnknownTrace, name, strings.Join(Traces, ", "))
 	}
-	if len(reqs) > MaxRequests {
-		return Trace{}, fmt.Errorf("sim: trace %s: %d requests for this limit and cost, more than %d", name, len(reqs), MaxRequests)
+	if tooMany {
+		return Trace{}, fmt.Errorf("sim: trace %s: more than %d requests for this limit and cost: lower the limit, or raise the cost", name, MaxRequests)
 	}
 	return Trace{Name: name, Requests: reqs}, nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -170,7 +171,20 @@ func writeDir(dir string, files map[string][]byte) error {
 	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
 		return fmt.Errorf("--out %s: not a directory", dir)
 	}
-	for name := range files { // an existing directory: file by file
+	// An existing directory: file by file, once every target is known to
+	// be a regular file or absent (a rename that would fail is refused
+	// before any is made). Other files in it are left alone.
+	names := slices.Sorted(maps.Keys(files))
+	for _, name := range names {
+		st, err := os.Lstat(filepath.Join(dir, name))
+		if err == nil && !st.Mode().IsRegular() {
+			return fmt.Errorf("--out %s: %s is not a regular file: nothing written", dir, name)
+		}
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("--out: %w", err)
+		}
+	}
+	for _, name := range names {
 		if err := os.Rename(filepath.Join(tmp, name), filepath.Join(dir, name)); err != nil {
 			return fmt.Errorf("--out: %w", err)
 		}

@@ -88,6 +88,20 @@ func TestSimBadInput(t *testing.T) {
 			t.Errorf("%q: wrote %v", c.args, entries)
 		}
 	}
+	// An existing --out where one of the files would land on a directory:
+	// refused before any file is replaced.
+	dir := t.TempDir()
+	old := filepath.Join(dir, "admitted.svg")
+	if err := os.WriteFile(old, []byte("old"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "table.txt", "x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := run("sim", "--trace", "boundary", "--limit", "10/min", "--out", dir)
+	if b, _ := os.ReadFile(old); code == 0 || string(b) != "old" || !strings.Contains(stderr, "table.txt is not a regular file") {
+		t.Errorf("exit %d, stderr %q, admitted.svg %q; want refused with admitted.svg untouched", code, stderr, b)
+	}
 }
 
 // docRuns are the runs of docs/algorithms.md, each into
