@@ -97,7 +97,7 @@ func TestGatewayLeasedLimit(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Logf("first request admitted %v after the first try", time.Since(first).Round(time.Millisecond))
-	if n := leaseGoroutines(); n == 0 {
+	if n, _ := leaseGoroutines(); n == 0 {
 		t.Fatal("no lease goroutine while the leased limit admits: the check below could not fail")
 	}
 
@@ -164,8 +164,17 @@ func TestGatewayLeasedLimit(t *testing.T) {
 	if err := stop(); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	if n := leaseGoroutines(); n != 0 {
-		t.Errorf("%d lease goroutines after the gateway stopped; want none", n)
+	// A goroutine that has signalled its end (a WaitGroup's Done) may
+	// still be on its way out: wait a little, as goleak does.
+	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		n, stacks := leaseGoroutines()
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("%d lease goroutines 2 s after the gateway stopped; want none:\n%s", n, stacks)
+			break
+		}
 	}
 }
 
@@ -180,7 +189,7 @@ func sumCounts(m map[int]int) int {
 // leaseGoroutines counts the goroutines running the leases' code
 // (leasestore's Run, the Holders): only a gateway with store.leases
 // starts any, so the other tests running meanwhile do not count.
-func leaseGoroutines() int {
+func leaseGoroutines() (int, string) {
 	buf := make([]byte, 1<<20)
 	for {
 		n := runtime.Stack(buf, true)
@@ -190,13 +199,14 @@ func leaseGoroutines() int {
 		}
 		buf = make([]byte, 2*len(buf))
 	}
-	count := 0
+	count, stacks := 0, ""
 	for _, g := range strings.Split(string(buf), "\n\n") {
 		if strings.Contains(g, "github.com/sluicehq/sluice/leasestore.") || strings.Contains(g, "github.com/sluicehq/sluice/lease.") {
 			count++
+			stacks += g + "\n\n"
 		}
 	}
-	return count
+	return count, stacks
 }
 
 // A leased limit that fails closed makes /readyz ask Redis, as a limit
