@@ -88,16 +88,7 @@ func BenchmarkRedis(b *testing.B) {
 		impl string
 		o    redisscript.CoalesceOptions
 	}{{"sluice", redisscript.CoalesceOptions{}}, {"sluice-uncoalesced", redisscript.CoalesceOptions{Off: true}}} {
-		b.Run("impl="+c.impl, func(b *testing.B) {
-			s := sluiceOnRedis(b, addr, c.o)
-			limit := sluice.Limit{Name: "bench", Quota: 1e9, Window: time.Second}
-			parallel64(b, func(key string) error {
-				_, err := s.Allow(ctx, key, limit, 1)
-				return err
-			})
-			st := s.Stats()
-			b.ReportMetric(float64(st.Batched+st.Calls-st.Batches)/float64(max(st.Calls, 1)), "decisions/call")
-		})
+		b.Run("impl="+c.impl, func(b *testing.B) { storeParallel64(b, sluiceOnRedis(b, addr, c.o)) })
 	}
 	// The go-redis adapter, on the pool redis_rate has: coalescing is the
 	// store's, above the driver.
@@ -109,13 +100,7 @@ func BenchmarkRedis(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer s.Close()
-		limit := sluice.Limit{Name: "bench", Quota: 1e9, Window: time.Second}
-		parallel64(b, func(key string) error {
-			_, err := s.Allow(ctx, key, limit, 1)
-			return err
-		})
-		st := s.Stats()
-		b.ReportMetric(float64(st.Batched+st.Calls-st.Batches)/float64(max(st.Calls, 1)), "decisions/call")
+		storeParallel64(b, s)
 	})
 	b.Run("impl=redis_rate", func(b *testing.B) {
 		rdb := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64})
@@ -258,4 +243,16 @@ func redisCPU(b *testing.B) float64 {
 		}
 	}
 	return total
+}
+
+// storeParallel64 runs parallel64 on s's Allow and reports the decisions
+// each script call carried.
+func storeParallel64(b *testing.B, s *redisstore.Store) {
+	limit := sluice.Limit{Name: "bench", Quota: 1e9, Window: time.Second}
+	parallel64(b, func(key string) error {
+		_, err := s.Allow(context.Background(), key, limit, 1)
+		return err
+	})
+	st := s.Stats()
+	b.ReportMetric(float64(st.Batched+st.Calls-st.Batches)/float64(max(st.Calls, 1)), "decisions/call")
 }
