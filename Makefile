@@ -8,7 +8,7 @@ FUZZ_PKGS ?= ./...
 # addresses, configuration files, a Redis server's replies, the queue file's records, the
 # origins and URLs tasks may be sent to), fuzzed in CI
 # 30 s each (50 s until the fleet's tests made CI longer: fuzz each for less rather than drop one).
-EDGE_PKGS := ./clientip ./ratelimitheader ./httplimit ./grpclimit ./gateway ./gateway/config ./rls ./pace ./redisstore ./boltqueue ./egress ./relay/config ./relay/httpapi ./lease
+EDGE_PKGS := ./clientip ./ratelimitheader ./httplimit ./grpclimit ./gateway ./gateway/config ./gateway/upstream ./rls ./pace ./redisstore ./boltqueue ./egress ./relay/config ./relay/httpapi ./lease
 BENCHTIME ?= 1s
 COUNT     ?= 6
 OUT       := bench/out

@@ -37,6 +37,7 @@ import (
 	"github.com/sluicehq/sluice/clientip"
 	"github.com/sluicehq/sluice/enforce"
 	"github.com/sluicehq/sluice/gateway/config"
+	"github.com/sluicehq/sluice/gateway/upstream"
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/internal/admin"
 	"github.com/sluicehq/sluice/internal/redisconfig"
@@ -170,22 +171,22 @@ func build(opts Options, connect connector, watch bool) (_ *Gateway, err error) 
 	if cfg == nil {
 		return nil, errors.New("gateway: Options.Config is required")
 	}
-	upstream := opts.Upstream
-	if upstream == "" {
-		upstream = cfg.Upstream
+	upstreamURL := opts.Upstream
+	if upstreamURL == "" {
+		upstreamURL = cfg.Upstream
 	}
-	if upstream == "" {
+	if upstreamURL == "" {
 		return nil, ErrNoUpstream
 	}
-	if err := config.CheckUpstream(upstream); err != nil {
+	if err := config.CheckUpstream(upstreamURL); err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
-	target, _ := url.Parse(upstream)
+	target, _ := url.Parse(upstreamURL)
 	token, err := secret.Read(cfg.Admin.Token(), secret.AdminToken)
 	if err != nil {
 		return nil, cfg.ErrorAt("admin.token_"+cfg.Admin.Token().Kind(), err)
 	}
-	g := &Gateway{log: opts.Logger, shutdown: opts.ShutdownTimeout, cfg: cfg, upstream: upstream}
+	g := &Gateway{log: opts.Logger, shutdown: opts.ShutdownTimeout, cfg: cfg, upstream: upstreamURL}
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
 	}
@@ -220,24 +221,35 @@ func build(opts Options, connect connector, watch bool) (_ *Gateway, err error) 
 		return nil, err
 	}
 	srv := cfg.Server
+	rewrite := func(pr *httputil.ProxyRequest) {
+		pr.SetURL(target)
+		// Keep the chain a trusted proxy forwarded (anyone else's is
+		// what the client chose to write) and add this hop. Other
+		// spellings of the forwarding headers (X_Forwarded_For), which
+		// the proxy would pass on, were dropped by guard.
+		if xff := pr.In.Header["X-Forwarded-For"]; len(xff) > 0 && ip.Trusted(pr.In) {
+			pr.Out.Header["X-Forwarded-For"] = xff
+		}
+		pr.SetXForwarded()
+	}
+	wait := upstreamWait(time.Duration(srv.WriteTimeout))
+	failed := g.proxyError(srv.MaxBodyBytes, time.Duration(srv.WriteTimeout), refused)
 	rp := &httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.SetURL(target)
-			// Keep the chain a trusted proxy forwarded (anyone else's is
-			// what the client chose to write) and add this hop. Other
-			// spellings of the forwarding headers (X_Forwarded_For), which
-			// the proxy would pass on, were dropped by guard.
-			if xff := pr.In.Header["X-Forwarded-For"]; len(xff) > 0 && ip.Trusted(pr.In) {
-				pr.Out.Header["X-Forwarded-For"] = xff
-			}
-			pr.SetXForwarded()
-		},
+		Rewrite:        rewrite,
 		ModifyResponse: closeIfBodyUnread,
-		Transport:      upstreamTransport(upstreamWait(time.Duration(srv.WriteTimeout))),
-		ErrorHandler:   g.proxyError(srv.MaxBodyBytes, time.Duration(srv.WriteTimeout), refused),
+		Transport:      upstreamTransport(wait),
+		BufferPool:     upstream.Buffers,
+		ErrorHandler:   failed,
 		ErrorLog:       slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
 	}
-	proxy := limitBody(srv.MaxBodyBytes, refused, rp)
+	var fast *upstream.Client
+	if target.Scheme == "http" { // an https upstream keeps http.Transport, and HTTP/2 to it
+		if fast, err = upstream.New(upstream.Options{Target: target, Rewrite: rewrite, Wait: wait}); err != nil {
+			return nil, err
+		}
+		g.closers = append(g.closers, func() error { fast.CloseIdle(); return nil })
+	}
+	proxy := limitBody(srv.MaxBodyBytes, refused, forward(fast, rp, failed))
 	public := guard(cfg, ip, refused, mw.Handler(proxy))
 	g.public = &http.Server{
 		Handler:           public,
@@ -554,6 +566,25 @@ func fence(cfg *config.File, refused *metrics.Refused) (httplimit.Fence, error) 
 		f.Refused = func(_ *http.Request, reason string) { refused.Inc(reason) }
 	}
 	return f, nil
+}
+
+// forward sends the requests fast takes (those without a body, on an
+// http:// upstream: package upstream) through it, and the others (with a
+// body, an upgrade, to an https:// upstream) through rp; failed answers a
+// request fast could not forward, as rp's ErrorHandler does.
+func forward(fast *upstream.Client, rp http.Handler, failed func(http.ResponseWriter, *http.Request, error)) http.Handler {
+	if fast == nil {
+		return rp
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !fast.Handles(r) {
+			rp.ServeHTTP(w, r)
+			return
+		}
+		if err := fast.Forward(w, r); err != nil {
+			failed(w, r, err)
+		}
+	})
 }
 
 // upstreamTransport is http.DefaultTransport's, with enough idle
