@@ -5,10 +5,13 @@
 // the alternative engine the gateway was measured against, a proxy of
 // valyala/fasthttp's server and HostClient with nothing in it (-mode
 // fasthttp: what that engine gives before any rule, header or timeout
-// work). -cpuprofile writes a CPU profile until SIGTERM.
+// work); and sluice gateway itself in this process (-mode gateway -config
+// FILE), so that -cpuprofile, which writes a CPU profile until SIGTERM,
+// sees it.
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"io"
@@ -23,12 +26,16 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/sluicehq/sluice/gateway"
+	"github.com/sluicehq/sluice/gateway/config"
 )
 
 func main() {
 	mode := flag.String("mode", "upstream", "upstream or proxy")
 	listen := flag.String("listen", "127.0.0.1:0", "address to listen on")
 	upstream := flag.String("upstream", "", "the upstream URL (-mode proxy)")
+	configFile := flag.String("config", "gateway.yaml", "the gateway's configuration (-mode gateway)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile here until SIGTERM")
 	flag.Parse()
 	if *cpuprofile != "" {
@@ -76,6 +83,17 @@ func main() {
 			// flight: not worth a line each.
 			ErrorLog: log.New(io.Discard, "", 0),
 		}
+	case "gateway":
+		// sluice gateway in this process, so that -cpuprofile sees it.
+		cfg, err := config.Load(*configFile)
+		if err != nil {
+			log.Fatal(err)
+		}
+		g, err := gateway.New(gateway.Options{Config: cfg, Upstream: *upstream})
+		if err != nil {
+			log.Fatal(err)
+		}
+		log.Fatal(g.Run(context.Background()))
 	case "fasthttp":
 		u, err := url.Parse(*upstream)
 		if err != nil || u.Host == "" {
