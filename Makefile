@@ -24,7 +24,7 @@ help:
 	@echo "make bench-memory  the memory figures: heap per key at 1e6 keys, 1e7 keys under MaxKeys 1e6"
 	@echo "make bench-redis   decisions/s on Redis against redis_rate and redis-benchmark's ceiling"
 	@echo "make bench-http    the HTTP middleware against go-chi/httprate and go-limiter's httplimit (BASE=REV: against REV's, benchstat)"
-	@echo "make bench-gateway sluice gateway against a plain httputil.ReverseProxy, with wrk (ROUNDS, DURATION; BASE=REV: REV's gateway in the same rounds)"
+	@echo "make bench-gateway sluice gateway against nginx limit_req, a plain ReverseProxy and a bare fasthttp proxy, with wrk (ROUNDS, DURATION; BASE=REV)"
 	@echo "make bench-rls     sluice serve (memory, Redis) against envoyproxy/ratelimit, gubernator and a do-nothing RLS server (ROUNDS, DURATION)"
 	@echo "make bench-pace    the client pacer's cost per call against x/time/rate's Limiter.Wait"
 	@echo "make bench-queue   durable queues side by side: River, asynq, JetStream, raw bbolt, sluice's queues (DURATION, ROUNDS; IMPL, SCENARIO lists)"

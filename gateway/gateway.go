@@ -244,7 +244,8 @@ func build(opts Options, connect connector, watch bool) (_ *Gateway, err error) 
 	}
 	var fast *upstream.Client
 	if target.Scheme == "http" { // an https upstream keeps http.Transport, and HTTP/2 to it
-		if fast, err = upstream.New(upstream.Options{Target: target, Rewrite: rewrite, Wait: wait}); err != nil {
+		fast, err = upstream.New(upstream.Options{Target: target, Rewrite: rewrite, Wait: wait, AnswerTimeout: time.Duration(srv.WriteTimeout)})
+		if err != nil {
 			return nil, err
 		}
 		g.closers = append(g.closers, func() error { fast.CloseIdle(); return nil })
@@ -595,6 +596,7 @@ func upstreamTransport(wait time.Duration) *http.Transport {
 	t.MaxIdleConns = 1024
 	t.MaxIdleConnsPerHost = 1024
 	t.ResponseHeaderTimeout = wait
+	t.MaxResponseHeaderBytes = 1 << 20 // as the fast path's (package upstream)
 	return t
 }
 

@@ -602,38 +602,57 @@ func TestRetriesOnceWhenIdleConnectionWasClosed(t *testing.T) {
 // connection idle for too long, first send "408 Request Timeout" on it
 // (http.Transport recognises it and discards the connection). That answer
 // was asked by no request: the next request must not get it, but its own
-// answer, on a new connection.
+// answer, on a new connection. The negative control, a client that reuses
+// idle connections without the check, hands the 408 to the next request.
 func TestIdleConnectionAnswered408IsNotUsed(t *testing.T) {
 	t.Parallel()
-	timedOut, closed := make(chan struct{}), make(chan struct{})
-	up, f := newPool(t, upstream.Options{}, func(c *scriptedConn) {
-		if c.index > 0 {
-			answering(answerOK)(c)
-			return
-		}
-		r, ok := c.readRequest()
-		if !ok || !c.send(answerOK(c, r)) {
-			return
-		}
-		select { // the answer is read and the connection pooled
-		case <-timedOut:
-		case <-c.up.done:
-		}
-		c.send("HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
-		c.nc.Close()
-		close(closed)
-	})
-	f.wantOK(t, "/first")
-	close(timedOut)
-	select {
-	case <-closed:
-	case <-time.After(patience):
-		t.Fatal("the upstream did not close its idle connection")
+	for _, tc := range []struct {
+		name      string
+		unchecked bool
+		wantOK    bool
+	}{{"checked", false, true}, {"not checked (control)", true, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			timedOut, closed := make(chan struct{}), make(chan struct{})
+			up, f := newPool(t, upstream.Options{}, func(c *scriptedConn) {
+				if c.index > 0 {
+					answering(answerOK)(c)
+					return
+				}
+				r, ok := c.readRequest()
+				if !ok || !c.send(answerOK(c, r)) {
+					return
+				}
+				select { // the answer is read and the connection pooled
+				case <-timedOut:
+				case <-c.up.done:
+				}
+				c.send("HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
+				c.nc.Close()
+				close(closed)
+			})
+			if tc.unchecked {
+				upstream.SkipIdleCheck(f.client)
+			}
+			f.wantOK(t, "/first")
+			close(timedOut)
+			select {
+			case <-closed:
+			case <-time.After(patience):
+				t.Fatal("the upstream did not close its idle connection")
+			}
+			r := f.get(t, http.MethodGet, "/second")
+			if !tc.wantOK {
+				if r.status != http.StatusRequestTimeout {
+					t.Fatalf("GET /second without the check: %d %q, want the 408 sent to no request", r.status, r.body)
+				}
+				return
+			}
+			if r.status != http.StatusOK || r.body != "/second" {
+				t.Fatalf("GET /second: %d %q, want 200 %q (the 408 was sent before it, to no request)", r.status, r.body, "/second")
+			}
+			wantLog(t, up, "0 GET /first", "1 GET /second")
+		})
 	}
-	if r := f.get(t, http.MethodGet, "/second"); r.status != http.StatusOK || r.body != "/second" {
-		t.Fatalf("GET /second: %d %q, want 200 %q (the 408 was sent before it, to no request)", r.status, r.body, "/second")
-	}
-	wantLog(t, up, "0 GET /first", "1 GET /second")
 }
 
 // TestTimeoutIsNotRetried: an upstream that reads the request and never

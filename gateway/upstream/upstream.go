@@ -76,22 +76,32 @@ type Options struct {
 	// MaxHeaderBytes bounds an answer's status line and header. Default
 	// 1 MiB.
 	MaxHeaderBytes int64
+	// AnswerTimeout bounds the whole answer, its body included, from
+	// when Forward starts: an upstream that stalls mid-body is cut there
+	// (and so is the client's connection). 0: no bound but the client's.
+	// The gateway sets write_timeout, the bound of its answer.
+	AnswerTimeout time.Duration
 }
 
 // Client forwards requests to one upstream. Safe for concurrent use. It
 // starts no goroutine: a connection is used by one request at a time, on
 // that request's goroutine, and otherwise sits in the pool.
 type Client struct {
-	target  *url.URL
-	rewrite func(*httputil.ProxyRequest)
-	wait    time.Duration
-	dialer  net.Dialer
-	maxIdle int
-	idleFor time.Duration
-	maxHead int64
+	target    *url.URL
+	rewrite   func(*httputil.ProxyRequest)
+	wait      time.Duration
+	dialer    net.Dialer
+	maxIdle   int
+	idleFor   time.Duration
+	maxHead   int64
+	answerFor time.Duration
+	// unchecked: idle connections are reused without the peek (set by
+	// the tests' negative control only).
+	unchecked bool
 
 	mu     sync.Mutex
 	idle   []*conn // the most recently used last
+	sweep  *time.Timer
 	closed bool
 }
 
@@ -110,7 +120,7 @@ func New(opts Options) (*Client, error) {
 	c := &Client{
 		target: t, rewrite: opts.Rewrite, wait: opts.Wait,
 		dialer:  net.Dialer{Timeout: opts.DialTimeout, KeepAlive: 30 * time.Second},
-		maxIdle: opts.MaxIdle, idleFor: opts.IdleTimeout, maxHead: opts.MaxHeaderBytes,
+		maxIdle: opts.MaxIdle, idleFor: opts.IdleTimeout, maxHead: opts.MaxHeaderBytes, answerFor: opts.AnswerTimeout,
 	}
 	if c.dialer.Timeout <= 0 {
 		c.dialer.Timeout = 30 * time.Second
@@ -154,6 +164,10 @@ func (c *Client) Handles(r *http.Request) bool {
 func (c *Client) Forward(w http.ResponseWriter, r *http.Request) error {
 	out := c.outbound(r)
 	ctx := r.Context()
+	var answerBy time.Time // zero: no bound
+	if c.answerFor > 0 {
+		answerBy = time.Now().Add(c.answerFor)
+	}
 	got1xx := func(res *http.Response) {
 		// As ReverseProxy's Got1xxResponse, but the fields already set for
 		// the final answer (RateLimit) are kept for it, not sent now.
@@ -171,7 +185,7 @@ func (c *Client) Forward(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 		stop := context.AfterFunc(ctx, cn.interrupt)
-		res, err := cn.exchange(r, out, c.wait, c.maxHead, got1xx)
+		res, err := cn.exchange(r, out, c.maxHead, answerBy, got1xx)
 		if err != nil {
 			stop()
 			cn.close()
@@ -216,9 +230,11 @@ func (c *Client) answer(w http.ResponseWriter, cn *conn, res *http.Response, sto
 		panic(http.ErrAbortHandler) // the answer cannot be finished: the client's connection is cut
 	}
 	_ = res.Body.Close() // at its end: the trailers are in res.Trailer
-	if !stop() || res.Close || cn.broken || cn.br.Buffered() > 0 {
+	if !stop() || res.Close || cn.broken || cn.br.Buffered() > 0 || res.Request.Method == http.MethodHead {
 		// Interrupted (the client went away), not to be used again, or
-		// holding bytes no request asked for (a body to a HEAD): closed.
+		// holding bytes no request asked for. After a HEAD too: the
+		// commonest of those is a body an upstream writes to a HEAD, later
+		// than its header, which would be read as the next answer.
 		cn.close()
 	} else {
 		c.put(cn)
@@ -319,6 +335,10 @@ func (c *Client) CloseIdle() {
 	c.mu.Lock()
 	idle := c.idle
 	c.idle, c.closed = nil, true
+	if c.sweep != nil {
+		c.sweep.Stop()
+		c.sweep = nil
+	}
 	c.mu.Unlock()
 	for _, cn := range idle {
 		cn.close()
@@ -326,10 +346,12 @@ func (c *Client) CloseIdle() {
 }
 
 // get takes the most recently used idle connection on which nothing
-// arrived while it was idle, or opens one. It closes the connections idle
-// for longer than IdleTimeout, and those on which the upstream wrote
-// while they were idle (a 408 before closing, as some servers send): what
-// came then answers no request.
+// arrived while it was idle, or opens one, and gives it Wait from now for
+// the exchange's head. It closes the connections idle for longer than
+// IdleTimeout, and those on which the upstream wrote while they were idle
+// (a close, a "408 Request Timeout" before one, bytes past an answer's
+// end): what came then answers no request, and read as the next answer it
+// would shift every answer after it to the wrong request.
 func (c *Client) get(ctx context.Context) (*conn, error) {
 	for {
 		var stale []*conn
@@ -354,7 +376,9 @@ func (c *Client) get(ctx context.Context) (*conn, error) {
 		if cn == nil {
 			break
 		}
-		if quiet(cn.nc) {
+		// The deadline first: a past one (the last exchange's) would fail
+		// the peek before it looks.
+		if cn.setDeadline(now.Add(c.wait), false) == nil && (c.unchecked || quiet(cn.nc)) {
 			cn.reused = true
 			return cn, nil
 		}
@@ -367,6 +391,10 @@ func (c *Client) get(ctx context.Context) (*conn, error) {
 	cn := &conn{nc: nc}
 	cn.br = bufio.NewReaderSize(cn, 4<<10)
 	cn.bw = bufio.NewWriterSize(nc, 4<<10)
+	if err := cn.setDeadline(time.Now().Add(c.wait), false); err != nil {
+		cn.close()
+		return nil, err
+	}
 	return cn, nil
 }
 
@@ -381,7 +409,33 @@ func (c *Client) put(cn *conn) {
 		return
 	}
 	c.idle = append(c.idle, cn)
+	if c.sweep == nil {
+		c.sweep = time.AfterFunc(c.idleFor, c.sweepIdle)
+	}
 	c.mu.Unlock()
+}
+
+// sweepIdle closes the connections idle for IdleTimeout, and runs again
+// when the oldest left will be, while any is left: without traffic, idle
+// connections are closed too.
+func (c *Client) sweepIdle() {
+	now := time.Now()
+	c.mu.Lock()
+	old := 0
+	for old < len(c.idle) && now.Sub(c.idle[old].idleSince) >= c.idleFor {
+		old++
+	}
+	stale := slices.Clone(c.idle[:old])
+	c.idle = slices.Delete(c.idle, 0, old)
+	if len(c.idle) > 0 && !c.closed && c.sweep != nil {
+		c.sweep.Reset(c.idleFor - now.Sub(c.idle[0].idleSince))
+	} else {
+		c.sweep = nil
+	}
+	c.mu.Unlock()
+	for _, s := range stale {
+		s.close()
+	}
 }
 
 // conn is an upstream connection. Its reader counts the bytes an exchange
@@ -397,6 +451,7 @@ type conn struct {
 	read        int64 // bytes read in this exchange
 	headLeft    int64 // bytes the answer's head may still take; -1 once it is read
 	broken      bool  // a Read failed, or the head was too large
+	err         error // what the failed Read returned
 }
 
 // errHeadTooLarge is the read error of an answer whose status line and
@@ -417,7 +472,7 @@ func (cn *conn) Read(p []byte) (int, error) {
 		cn.headLeft -= int64(n)
 	}
 	if err != nil {
-		cn.broken = true
+		cn.broken, cn.err = true, err
 	}
 	return n, err
 }
@@ -450,15 +505,12 @@ func (cn *conn) setDeadline(t time.Time, readOnly bool) error {
 func (cn *conn) close() { _ = cn.nc.Close() }
 
 // exchange writes the request's head and reads the answer's, forwarding
-// any 1xx through got1xx (RFC 9110 15.2: a proxy forwards them). wait bounds both, from now; the
-// answer's body is then read without a deadline (the server's write
-// timeout bounds the answer to the client; the client leaving interrupts
-// it).
-func (cn *conn) exchange(in, out *http.Request, wait time.Duration, maxHead int64, got1xx func(*http.Response)) (*http.Response, error) {
-	cn.read, cn.broken = 0, false
-	if err := cn.setDeadline(time.Now().Add(wait), false); err != nil {
-		return nil, err
-	}
+// any 1xx through got1xx (RFC 9110 15.2: a proxy forwards them), within
+// the deadline get set; the answer's body, unless it is already all read,
+// must then arrive by answerBy (zero: no bound; the client leaving
+// interrupts it anyway).
+func (cn *conn) exchange(in, out *http.Request, maxHead int64, answerBy time.Time, got1xx func(*http.Response)) (*http.Response, error) {
+	cn.read, cn.broken, cn.err = 0, false, nil
 	if err := writeHead(cn.bw, in, out); err != nil {
 		return nil, err
 	}
@@ -469,16 +521,28 @@ func (cn *conn) exchange(in, out *http.Request, wait time.Duration, maxHead int6
 	for informational := 0; ; informational++ {
 		res, err := http.ReadResponse(cn.br, in)
 		if err != nil {
-			if cn.headLeft == 0 {
+			switch {
+			case cn.headLeft == 0:
 				err = errHeadTooLarge
+			case cn.err != nil && err != cn.err:
+				// The read's own failure (the deadline, a reset), not the
+				// parser's view of the partial line it left.
+				err = cn.err
 			}
 			return nil, err
 		}
 		code := res.StatusCode
+		if code < 100 {
+			cn.broken = true
+			return nil, fmt.Errorf("upstream: status %d is not a status (100 to 999)", code)
+		}
 		if code >= 200 {
 			cn.headLeft = -1
-			if err := cn.setDeadline(time.Time{}, true); err != nil {
-				return nil, err
+			buffered := res.Body == http.NoBody || res.ContentLength >= 0 && int64(cn.br.Buffered()) >= res.ContentLength
+			if !buffered {
+				if err := cn.setDeadline(answerBy, true); err != nil {
+					return nil, err
+				}
 			}
 			return res, nil
 		}
