@@ -8,7 +8,7 @@
 // goroutines per upstream connection (one writing, one reading) and back,
 // through channels, and allocates a 32 KiB buffer per answer: on two cores
 // that is half of what a proxied request costs (docs/BENCHMARKS.md, "The
-// gateway's proxy path"). Here the request is written and its answer read
+// gateway's proxy path against nginx"). Here the request is written and its answer read
 // by the goroutine that serves the client, and nothing else runs.
 //
 // What reaches the upstream is what httputil.ReverseProxy with the same
@@ -154,9 +154,9 @@ func (c *Client) Handles(r *http.Request) bool {
 
 // Forward sends r (one Handles takes) to the upstream and writes its
 // answer to w. An error is returned only before the answer's status was
-// written to w (1xx answers may have been forwarded): the caller answers (the error is a *net.OpError with Op "dial" when
-// the upstream could not be reached, a timeout net.Error when it did not
-// answer within Wait). Once the answer's header is written, a failure to
+// written to w (1xx answers may have been forwarded): the caller answers
+// (the error is a *net.OpError with Op "dial" when the upstream could not
+// be reached, a timeout net.Error when it did not answer within Wait). Once the answer's header is written, a failure to
 // read the rest from the upstream or to write it to the client aborts the
 // client's connection (panic(http.ErrAbortHandler), as
 // httputil.ReverseProxy does). The request's context ending (the client
